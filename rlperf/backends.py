@@ -1,0 +1,89 @@
+"""The ``env.backend`` knob: the native batched env, or Gymnasium's vector wrappers over single boards.
+
+``tensor`` is :class:`rlperf.snake.VectorSnake`. ``gym-sync`` and ``gym-async`` run N copies of the
+single-board :class:`rlperf.single_snake.SnakeEnv` under ``gymnasium.vector.SyncVectorEnv`` /
+``AsyncVectorEnv`` and convert their NumPy batches to tensors on the trainer's device every step:
+that is the usual way to vectorize, and what native batching is measured against (seed 003).
+All three present the same interface to the trainer (tensors in, tensors out, same-step autoreset,
+dense ``final_obs`` and episode statistics in ``infos``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from rlperf.single_snake import SnakeEnv
+from rlperf.snake import VectorSnake
+
+BACKENDS = ("tensor", "gym-sync", "gym-async")
+
+
+class GymVectorBackend:
+    """Gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv`` over ``SnakeEnv``, speaking tensors."""
+
+    def __init__(self, kind: str, num_envs: int, device: torch.device, **env_kwargs: Any) -> None:
+        fns = [lambda: SnakeEnv(**env_kwargs) for _ in range(num_envs)]
+        vector_cls = gymnasium.vector.SyncVectorEnv if kind == "gym-sync" else gymnasium.vector.AsyncVectorEnv
+        self.envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        self.num_envs = num_envs
+        self.device = device
+        self.single_observation_space = self.envs.single_observation_space
+        self.single_action_space = self.envs.single_action_space
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def reset(self, *, seed: int | None = None) -> tuple[torch.Tensor, dict]:
+        obs, infos = self.envs.reset(seed=seed)
+        return torch.as_tensor(obs, device=self.device), infos
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        obs, rewards, terminated, truncated, infos = self.envs.step(actions.cpu().numpy())
+        done = terminated | truncated
+        final_obs = obs.copy()
+        score = np.zeros(self.num_envs, dtype=np.int64)
+        length = np.zeros(self.num_envs, dtype=np.int64)
+        returns = np.zeros(self.num_envs, dtype=np.float32)
+        for i in np.flatnonzero(done):
+            final_obs[i] = infos["final_obs"][i]
+            info = infos["final_info"]
+            score[i] = info["score"][i]
+            length[i] = info["steps"][i]
+            returns[i] = info["score"][i] - float(terminated[i] and rewards[i] < 0)
+        to = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+        done_t = to(done)
+        infos = {
+            "final_obs": to(final_obs),
+            "_final_obs": done_t,
+            "episode": {"score": to(score), "length": to(length), "return": to(returns)},
+            "_episode": done_t,
+        }
+        return to(obs), to(rewards.astype(np.float32)), to(terminated), to(truncated), infos
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError("Gymnasium vector backends cannot be checkpointed")
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def make_env(
+    backend: str,
+    num_envs: int,
+    device: torch.device,
+    size: int = 10,
+    obs: str = "features",
+    flood_fill: str = "off",
+    initial_length: int = 3,
+    hunger: int | None = None,
+) -> VectorSnake | GymVectorBackend:
+    """Build the training env for ``backend`` with the same rules and observation everywhere."""
+    kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
+    if backend == "tensor":
+        return VectorSnake(num_envs=num_envs, device=device, **kwargs)
+    if backend in ("gym-sync", "gym-async"):
+        return GymVectorBackend(backend, num_envs, device, **kwargs)
+    raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -1,0 +1,66 @@
+"""The live training dashboard on stderr: progress with ETA, rates, learning and phase shares.
+
+Redrawn in place on a terminal and throttled (at most ``refresh_s``), so it costs nothing the
+phase table can see; on a pipe or in CI it prints one plain line every ``plain_every_s`` instead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
+
+from rlperf.timers import PHASES
+
+
+class Dashboard:
+    """Shows a run's progress; ``update`` is cheap to call often (it throttles itself)."""
+
+    def __init__(self, total: int, unit: str, enabled: bool = True, refresh_s: float = 0.5, plain_every_s: float = 10.0) -> None:
+        self.total, self.unit, self.enabled = total, unit, enabled
+        self.console = Console(stderr=True)
+        self.live_mode = enabled and self.console.is_terminal
+        self.refresh_s = refresh_s if self.live_mode else plain_every_s
+        self._last = 0.0
+        self._bar = Progress(
+            TextColumn("[bold]train"), BarColumn(), TaskProgressColumn(), TextColumn(f"{{task.completed:,}}/{{task.total:,}} {unit}"),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
+        )
+        self._task = self._bar.add_task("train", total=total)
+        self._stats = Text("")
+        self._live: Live | None = None
+
+    def __enter__(self) -> "Dashboard":
+        if self.live_mode:
+            self._live = Live(Group(self._bar, self._stats), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def update(self, done: int, snapshot: dict[str, Any], shares: dict[str, float] | None = None, force: bool = False) -> None:
+        """Show ``done`` out of ``total`` and the snapshot's figures (if the throttle allows)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.refresh_s:
+            return
+        self._last = now
+        line = (
+            f"episodes {snapshot['episodes']:,}  env steps/s {snapshot['env_steps_per_s']:,.0f}  "
+            f"updates/s {snapshot['updates_per_s']:,.1f}  score(100) {snapshot['mean_score']:.2f}  "
+            f"eps {snapshot['epsilon']:.3f}  loss {snapshot['loss']:.4f}"
+        )
+        if shares:
+            line += "  |  " + " ".join(f"{p} {shares.get(p, 0.0) * 100:.0f}%" for p in PHASES)
+        if self.live_mode:
+            self._bar.update(self._task, completed=min(done, self.total))
+            self._stats.plain = line
+        else:
+            self.console.print(f"[{min(done, self.total):,}/{self.total:,} {self.unit}] {line}", highlight=False, soft_wrap=True)

@@ -1,0 +1,371 @@
+"""DQN on the batched Snake: the Q-network, the update, and the hot loop.
+
+The loop (:func:`run_loop`) is one function that reads top to bottom, one phase block per step:
+select -> step -> push -> train -> log. Everything a knob switches (push loop/batch, list/numpy/
+tensor storage, hard/soft target, grad/no_grad inference, log_every, AMP, compile, grad
+accumulation, GC) is decided once, before the loop, so the loop itself stays the same for every
+config and the phase timer measures what the knob changed.
+
+Host synchronisation: in the fast configuration on CUDA nothing in select/step/push/train reads a
+device value on the host. Losses and finished episodes are accumulated on the device and read in
+the log phase, every ``train.log_every`` vector steps. On the CPU, where reading a value costs
+nothing, finished episodes are read every step so that ``--episodes N`` stops on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import math
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rlperf.buffer import ReplayBuffer
+from rlperf.config import Config
+from rlperf.errors import ConfigError
+from rlperf.timers import PhaseTimer
+
+N_ACTIONS = 3
+
+
+class QNetwork(nn.Module):
+    """An MLP over feature vectors, or a small CNN over ``(3, size, size)`` grid planes."""
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden: list[int]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        if len(obs_shape) == 1:
+            width = obs_shape[0]
+        else:
+            channels, height, width_px = obs_shape
+            layers += [nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Flatten()]
+            width = 64 * height * width_px
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        layers.append(nn.Linear(width, n_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+def check_knobs(cfg: Config, device: torch.device) -> None:
+    """Refuse, with one line each, the knob values that cannot apply on ``device``."""
+    train = cfg.train
+    if train.amp == "fp16" and device.type != "cuda":
+        raise ConfigError("train.amp=fp16 needs a CUDA device (GradScaler + float16 autocast)", hint="use train.amp=bf16 or off on the CPU")
+    if train.amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"train.amp=bf16 is not supported by {torch.cuda.get_device_name(device)}", hint="use train.amp=fp16")
+    if train.compile in ("reduce-overhead", "max-autotune") and device.type != "cuda":
+        raise ConfigError(f"train.compile={train.compile} relies on CUDA graphs / GPU autotuning", hint="use train.compile=default on the CPU")
+    if train.compile in ("default", "reduce-overhead", "max-autotune"):
+        try:
+            import torch._inductor  # noqa: F401
+        except Exception as exc:  # pragma: no cover - depends on the install
+            raise ConfigError(f"train.compile={train.compile} needs torch.compile's inductor backend: {exc}") from None
+        if device.type == "cpu":
+            import shutil
+
+            if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
+                raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
+    if cfg.env.backend != "tensor" and device.type != "cpu" and cfg.env.flood_fill == "tensor":
+        raise ConfigError("env.flood_fill=tensor runs on the batched env only", hint="use env.flood_fill=bfs with a gym backend")
+
+
+def epsilon_at(cfg: Config, env_steps: int) -> float:
+    """Linear ε decay over env transitions, from ``eps_start`` to ``eps_end``."""
+    a = cfg.agent
+    fraction = min(1.0, env_steps / a.eps_decay_steps)
+    return a.eps_start + fraction * (a.eps_end - a.eps_start)
+
+
+class Agent:
+    """Online and target Q-networks, the optimizer, and the update with its knobs."""
+
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device) -> None:
+        a, t = cfg.agent, cfg.train
+        self.cfg = cfg
+        self.device = device
+        self.q = QNetwork(obs_shape, N_ACTIONS, list(a.hidden)).to(device)
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        fused = device.type == "cuda"
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
+        self.gamma = a.gamma
+        self.batch_size = cfg.buffer.batch_size
+        self.grad_accum = t.grad_accum
+        self.updates = 0
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(cfg.run.seed + 1)
+
+        self.forward, self.target_forward = self._compiled(t.compile)
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.amp)
+        self._autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler(device.type) if t.amp == "fp16" else None
+        self._q_params = list(self.q.parameters())
+        self._target_params = list(self.target.parameters())
+
+    def _compiled(self, mode: str) -> tuple[Callable, Callable]:
+        if mode == "off":
+            return self.q, self.target
+        if mode == "jit":
+            return torch.jit.script(self.q), torch.jit.script(self.target)
+        return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)
+
+    def _inference(self) -> contextlib.AbstractContextManager:
+        if self.cfg.agent.inference == "no_grad":
+            return torch.inference_mode()
+        return contextlib.nullcontext()  # seed 000 §2's slow form: autograd on, train mode
+
+    def act(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
+        """Per-board ε-greedy on the device: each board flips its own coin."""
+        n = obs.shape[0]
+        with self._inference():
+            greedy = self.forward(obs).argmax(1)
+            explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
+            random = torch.randint(0, N_ACTIONS, (n,), generator=self.generator, device=self.device)
+            return torch.where(explore, random, greedy)
+
+    def update(self, buffer: ReplayBuffer) -> torch.Tensor:
+        """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches."""
+        self.optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device)
+        for _ in range(self.grad_accum):
+            b = buffer.sample(self.batch_size)
+            with self._autocast():
+                q = self.forward(b.obs).gather(1, b.actions.unsqueeze(1)).squeeze(1).float()
+                with torch.no_grad():
+                    chooser = self.forward if self.cfg.agent.double else self.target_forward
+                    next_actions = chooser(b.next_obs).argmax(1, keepdim=True)
+                    next_q = self.target_forward(b.next_obs).gather(1, next_actions).squeeze(1).float()
+                    # Termination does not bootstrap; truncation does (dones holds terminations only).
+                    y = b.rewards + self.gamma * (1.0 - b.dones) * next_q
+                loss_fn = F.smooth_l1_loss if self.cfg.agent.huber else F.mse_loss
+                loss = loss_fn(q, y) / self.grad_accum
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            total += loss.detach()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.cfg.agent.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self._q_params, self.cfg.agent.grad_clip, foreach=True)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.updates += 1
+        self._update_target()
+        return total
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        a = self.cfg.agent
+        if a.target_update == "soft":
+            torch._foreach_lerp_(self._target_params, self._q_params, a.tau)
+        elif self.updates % a.target_every == 0:
+            # Seed 000 §4's slow form: a full state-dict copy.
+            self.target.load_state_dict(self.q.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "updates": self.updates,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.updates = state["updates"]
+        self.generator.set_state(state["generator"])
+
+
+class EpisodeLog:
+    """Finished episodes, copied on the device every step and read on the host when flushed."""
+
+    def __init__(self, rows: int, num_envs: int, device: torch.device) -> None:
+        self.done = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
+        self.score = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
+        self.length = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
+        self.ret = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
+        self.filled = 0
+
+    def record(self, infos: dict[str, Any]) -> None:
+        row, episode = self.filled, infos["episode"]
+        self.done[row].copy_(infos["_episode"])
+        self.score[row].copy_(episode["score"])
+        self.length[row].copy_(episode["length"])
+        self.ret[row].copy_(episode["return"])
+        self.filled += 1
+
+    @property
+    def full(self) -> bool:
+        return self.filled == self.done.shape[0]
+
+    def flush(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scores, lengths and returns of the episodes finished since the last flush (a host sync)."""
+        k = self.filled
+        self.filled = 0
+        done = self.done[:k].cpu().numpy()
+        return self.score[:k].cpu().numpy()[done], self.length[:k].cpu().numpy()[done], self.ret[:k].cpu().numpy()[done]
+
+
+@dataclass
+class Progress:
+    """Counters and learning statistics of a run, all host values (what the record reports)."""
+
+    vector_steps: int = 0
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    owed_updates: float = 0.0
+    best_score: int = 0
+    episode_steps: int = 0
+    scores: deque = field(default_factory=lambda: deque(maxlen=100))
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    last_loss: float = float("nan")
+    epsilon: float = 1.0
+    status: str = "running"
+
+    def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray) -> None:
+        self.episodes += len(scores)
+        self.episode_steps += int(lengths.sum())
+        self.scores.extend(scores.tolist())
+        self.returns.extend(returns.tolist())
+        if len(scores):
+            self.best_score = max(self.best_score, int(scores.max()))
+
+    @property
+    def mean_score(self) -> float:
+        return float(np.mean(self.scores)) if self.scores else float("nan")
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def state_dict(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["scores"], state["returns"] = list(self.scores), list(self.returns)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, deque(value, maxlen=100) if key in ("scores", "returns") else value)
+
+
+@contextlib.contextmanager
+def gc_mode(mode: str) -> Iterator[None]:
+    """The ``train.gc`` knob: leave the collector on, freeze what exists, or switch it off."""
+    if mode == "on":
+        yield
+        return
+    gc.collect()
+    if mode == "freeze":
+        gc.freeze()  # everything alive now moves to a generation the collector never scans
+        try:
+            yield
+        finally:
+            gc.unfreeze()
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def stop_reached(cfg: Config, p: Progress) -> bool:
+    t = cfg.train
+    return (t.episodes > 0 and p.episodes >= t.episodes) or (t.steps > 0 and p.env_steps >= t.steps)
+
+
+def run_loop(
+    cfg: Config,
+    env: Any,
+    agent: Agent,
+    buffer: ReplayBuffer,
+    timer: PhaseTimer,
+    progress: Progress,
+    obs: torch.Tensor,
+    on_log: Callable[[Progress], None],
+    should_stop: Callable[[], bool] = lambda: False,
+    on_step: Callable[[], None] | None = None,
+) -> torch.Tensor:
+    """Train until the stop condition; returns the last observation (the env's state for a resume).
+
+    ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
+    has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
+    and ``on_step`` (instruments) are checked at each vector-step boundary.
+    """
+    t = cfg.train
+    n = env.num_envs
+    flush_every = 1 if agent.device.type == "cpu" else t.log_every
+    episodes = EpisodeLog(flush_every, n, agent.device)
+    learning_starts = max(t.learning_starts, cfg.buffer.batch_size)
+    loss_sum = torch.zeros((), device=agent.device)
+    loss_count = 0
+    push_mode = cfg.buffer.push
+
+    with gc_mode(t.gc):
+        while not stop_reached(cfg, progress) and not should_stop():
+            with timer.phase("select"):
+                progress.epsilon = epsilon_at(cfg, progress.env_steps)
+                actions = agent.act(obs, progress.epsilon)
+
+            with timer.phase("step"):
+                next_obs, rewards, terminated, truncated, infos = env.step(actions)
+
+            with timer.phase("push"):
+                # final_obs is the true next observation of every board, also where the board
+                # has already been reset; only termination stops the bootstrap.
+                buffer.push(obs, actions, rewards, infos["final_obs"], terminated, mode=push_mode)
+                obs = next_obs  # the hand-off people get wrong: after the push, not before
+
+            progress.vector_steps += 1
+            progress.env_steps += n
+            with timer.phase("train"):
+                if len(buffer) >= learning_starts:
+                    progress.owed_updates += t.train_ratio
+                    while progress.owed_updates >= 1.0:
+                        progress.owed_updates -= 1.0
+                        loss_sum += agent.update(buffer)
+                        loss_count += 1
+                    progress.updates = agent.updates
+
+            with timer.phase("log"):
+                episodes.record(infos)
+                if episodes.full:
+                    progress.add_episodes(*episodes.flush())
+                if progress.vector_steps % t.log_every == 0 or stop_reached(cfg, progress):
+                    if loss_count:
+                        progress.last_loss = float(loss_sum) / loss_count
+                        loss_sum.zero_()
+                        loss_count = 0
+                        if not math.isfinite(progress.last_loss):
+                            progress.status = "diverged"
+                    on_log(progress)
+            timer.step_done()
+            if on_step is not None:
+                on_step()
+            if progress.status == "diverged":
+                break
+    if episodes.filled:
+        progress.add_episodes(*episodes.flush())
+    return obs

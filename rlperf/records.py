@@ -1,0 +1,327 @@
+"""Run records and run directories: the unit of evidence ``compare`` and ``sweep`` read.
+
+A run directory holds ``run.json`` (the record, DESIGN §4), ``metrics.csv`` (the learning curve),
+``config.toml`` and ``checkpoint.pt``. Everything here is written atomically (temp file in the
+same directory, fsync, ``os.replace``) so a crash or Ctrl-C never leaves a half-written file, and
+two runs never share a directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import os
+import platform
+import resource
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from rlperf.errors import RlperfError
+
+SCHEMA = 1
+"""Version of the run record layout; bump it when a reader would misread an older record."""
+
+RECORD_NAME = "run.json"
+
+
+# -- system ------------------------------------------------------------------------------------
+
+
+def system_info(device: torch.device | str) -> dict[str, Any]:
+    """What a timing depends on: versions, device, CPU, threads, git revision, host."""
+    device = torch.device(device)
+    cpu = cpu_model()
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = cpu
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count()
+    return {
+        "rlperf": _rlperf_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(device),
+        "device_name": device_name,
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "torch_threads": torch.get_num_threads(),
+        "git_revision": git_revision(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def _rlperf_version() -> str:
+    import rlperf  # late: rlperf/__init__ may import modules that import this one
+
+    return rlperf.__version__
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's marketing name ("AMD EPYC 7B13"), or the best this platform offers."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def git_revision(cwd: str | Path | None = None) -> str | None:
+    """The commit checked out in ``cwd`` (default: the working directory), or None."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd or os.getcwd(),
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    revision = result.stdout.strip()
+    return revision or None
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kB, macOS bytes.
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def peak_cuda_mb(device: torch.device | str) -> float | None:
+    """Peak memory allocated by tensors on a CUDA ``device``, in MiB; None on other devices."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / (1024 * 1024)
+
+
+# -- run directories ---------------------------------------------------------------------------
+
+
+def make_run_dir(out: str | Path, name: str | None, prefix: str) -> Path:
+    """Create and return a new directory ``out/{name or prefix}-{YYYYmmdd-HHMMSS}[-k]``.
+
+    ``os.mkdir`` fails when the directory exists, so two runs started in the same second with the
+    same name (even from threads or processes at once) get ``...-2``, ``...-3`` and never share.
+    """
+    out = Path(out)
+    stem = name or prefix
+    if not stem or stem in (".", "..") or "/" in stem or "\\" in stem or "\0" in stem:
+        raise RlperfError(f"run name {stem!r} cannot be a directory name", hint="use letters, digits, '-', '_', '.'")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None
+    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for k in range(1, 10_000):
+        path = out / (base if k == 1 else f"{base}-{k}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise RlperfError(f"cannot create run directory {path}: {e.strerror or e}", hint="pass a writable --out") from None
+        return path
+    raise RlperfError(f"too many runs named {base} in {out}", hint="pass another --name")
+
+
+# -- atomic writes -----------------------------------------------------------------------------
+
+
+def _write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` through ``write(file)`` so that it is either the old file or the whole new one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 honours the umask, unlike mkstemp's 0o600.
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise RlperfError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _json_default(obj: Any) -> Any:
+    """Encode the values a record naturally holds: numpy scalars/arrays, paths, devices, dataclasses."""
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy scalar or array, 0-d tensor
+        return obj.tolist()
+    if isinstance(obj, (Path, torch.device)):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+
+    def write(f: IO[bytes]) -> None:
+        # Streams into the temp file: an unencodable value deep inside fails after the file was
+        # opened, which is exactly the case the atomic write protects ``path`` from.
+        text = _TextSink(f)
+        json.dump(obj, text, indent=2, default=_json_default)
+        text.write("\n")
+
+    _write_atomic(path, write)
+
+
+class _TextSink:
+    """Minimal text writer over a binary file (what ``json.dump`` needs)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+
+    def write(self, s: str) -> int:
+        return self._f.write(s.encode("utf-8"))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    data = text.encode("utf-8")
+    _write_atomic(path, lambda f: f.write(data))  # type: ignore[arg-type,return-value]
+
+
+def save_torch_atomic(path: str | Path, obj: Any) -> None:
+    """``torch.save(obj)`` to ``path`` atomically (a checkpoint is never half written)."""
+    _write_atomic(path, lambda f: torch.save(obj, f))
+
+
+# -- reading records ---------------------------------------------------------------------------
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """Load a run record from a run directory or a ``run.json`` and check its schema."""
+    path = Path(path)
+    file = path / RECORD_NAME if path.is_dir() else path
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        where = f"{path} has no {RECORD_NAME}" if path.is_dir() else f"no run record at {path}"
+        raise RlperfError(where, hint="pass a run directory or its run.json") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RlperfError(f"cannot read run record {file}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RlperfError(f"run record {file} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(record, dict):
+        raise RlperfError(f"run record {file} is not a JSON object")
+    schema = record.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise RlperfError(f"run record {file} has no valid schema version (got {schema!r})")
+    if schema > SCHEMA:
+        raise RlperfError(
+            f"record {file} has schema {schema}, this rlperf reads ≤ {SCHEMA}", hint="upgrade rlperf"
+        )
+    return record
+
+
+# -- learning curve ----------------------------------------------------------------------------
+
+
+class MetricsCSV:
+    """Appends learning-curve rows to a CSV file, flushed on every row.
+
+    The header is written once; reopening an existing file (``--resume``) checks that the header
+    matches and appends below it. A last line cut short by a crash is dropped on reopening.
+    Missing fields are left empty; unknown fields are an error.
+    """
+
+    def __init__(self, path: str | Path, fieldnames: Iterable[str]) -> None:
+        self.path = Path(path)
+        self.fieldnames = list(fieldnames)
+        existing = self._existing_header()
+        try:
+            self._file = open(self.path, "a", newline="", encoding="utf-8")
+        except OSError as e:
+            raise RlperfError(f"cannot write {self.path}: {e.strerror or e}") from None
+        self._writer = csv.DictWriter(self._file, fieldnames=self.fieldnames, restval="")
+        if existing is None:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def _existing_header(self) -> list[str] | None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RlperfError(f"cannot read {self.path}: {e.strerror or e}") from None
+        if not data.strip():
+            return None
+        if not data.endswith(b"\n"):
+            # Crashed mid-row: drop the partial row so the resumed run continues a clean file.
+            with open(self.path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+            data = data[: data.rfind(b"\n") + 1]
+            if not data:
+                return None
+        header = next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r")]))
+        if header != self.fieldnames:
+            raise RlperfError(
+                f"{self.path} has columns {','.join(header)}, expected {','.join(self.fieldnames)}",
+                hint="resume into the run directory that wrote it",
+            )
+        return header
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        """Append one row and flush it to the OS."""
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> MetricsCSV:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

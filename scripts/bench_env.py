@@ -1,0 +1,128 @@
+"""Env steps per second of the batched Snake over N, against Gymnasium's vector wrappers.
+
+    python scripts/bench_env.py                       # CPU: N = 256 ... 65536, flood fill off/tensor/bfs
+    python scripts/bench_env.py --device cuda --max-n 2097152
+    python scripts/bench_env.py --quick --json        # what the test suite runs
+
+Actions are generated before the timed loop (PufferLib's rule: RNG stays out of the timing), the
+first steps are warm-up and excluded, each figure is the median of ``--repeats`` timed blocks.
+The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-board
+``SnakeEnv``) run in the same invocation so the ratio compares like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import gymnasium
+import torch
+from gymnasium.vector import AutoresetMode
+
+from rlperf.device import resolve_device, synchronize
+from rlperf.records import cpu_model
+from rlperf.single_snake import SnakeEnv
+from rlperf.snake import VectorSnake
+
+
+def time_vector_snake(n: int, device: torch.device, flood_fill: str, steps: int, repeats: int, obs: str = "features") -> list[float]:
+    env = VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device)
+    env.reset(seed=0)
+    actions = torch.randint(0, 3, (steps, n), device=device)
+    for i in range(min(5, steps)):  # warm-up
+        env.step(actions[i])
+    rates = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        for i in range(steps):
+            env.step(actions[i])
+        synchronize(device)
+        rates.append(n * steps / (time.perf_counter() - start))
+    return rates
+
+
+def time_gym(kind: str, n: int, steps: int, repeats: int) -> list[float]:
+    cls = gymnasium.vector.SyncVectorEnv if kind == "sync" else gymnasium.vector.AsyncVectorEnv
+    envs = cls([lambda: SnakeEnv(size=10) for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    actions = torch.randint(0, 3, (steps, n)).numpy()
+    for i in range(min(5, steps)):
+        envs.step(actions[i])
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(steps):
+            envs.step(actions[i])
+        rates.append(n * steps / (time.perf_counter() - start))
+    envs.close()
+    return rates
+
+
+def summarize(rates: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "repeats": len(rates)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--min-n", type=int, default=256)
+    parser.add_argument("--max-n", type=int, default=65536)
+    parser.add_argument("--steps", type=int, default=100, help="steps per timed block")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: library default)")
+    parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument("--json", action="store_true", help="print results as one JSON document")
+    args = parser.parse_args()
+    if args.quick:
+        args.min_n, args.max_n, args.steps, args.repeats = 16, 64, 5, 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+
+    results: dict = {
+        "machine": {"cpu": cpu_model(), "device": str(device), "torch": torch.__version__, "python": platform.python_version(),
+                    "threads": torch.get_num_threads(),
+                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
+        "date": time.strftime("%Y-%m-%d"),
+        "tensor": [],
+        "gym": [],
+    }
+    sizes = []
+    n = args.min_n
+    while n <= args.max_n:
+        sizes.append(n)
+        n *= 4
+    for flood in ("off", "tensor", "bfs"):
+        for n in sizes:
+            if flood == "bfs" and n > 4096:
+                continue  # the Python BFS reference: minutes per block beyond this
+            steps = max(3, args.steps // 10) if flood == "bfs" else args.steps
+            rates = time_vector_snake(n, device, flood, steps, args.repeats)
+            results["tensor"].append({"n": n, "flood_fill": flood, **summarize(rates)})
+            if not args.json:
+                print(f"VectorSnake  flood={flood:6s} N={n:>8,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+    if not args.no_gym:
+        gym_n = 16 if args.quick else 256
+        gym_steps = 5 if args.quick else 50
+        for kind in ("sync", "async"):
+            rates = time_gym(kind, gym_n, gym_steps, args.repeats)
+            results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
+            if not args.json:
+                print(f"gymnasium {kind:5s}Vec N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+        native = [r for r in results["tensor"] if r["n"] == gym_n and r["flood_fill"] == "off"]
+        if native:
+            for row in results["gym"]:
+                row["native_ratio"] = native[0]["median"] / row["median"]
+                if not args.json:
+                    print(f"VectorSnake / gymnasium {row['kind']}VectorEnv at N={gym_n}: {row['native_ratio']:.0f}x")
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

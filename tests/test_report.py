@@ -1,0 +1,102 @@
+"""Report renderers: the numbers they are given, in loop order, as plain text."""
+
+from __future__ import annotations
+
+import torch
+
+from rlperf.report import phase_shares_text, phase_table, render_to_str, summary_table
+from rlperf.timers import PHASES, PhaseTimer
+
+
+def _phase(total_s: float, share: float, calls: int, mean: float, p50: float, p95: float) -> dict:
+    return {"total_s": total_s, "share": share, "calls": calls, "mean_ms": mean, "p50_ms": p50, "p95_ms": p95}
+
+
+PHASE_DATA = {
+    # Deliberately out of order: the table puts them in loop order.
+    "train": _phase(4.5, 0.45, 250, 18.0, 17.5, 25.25),
+    "log": _phase(0.5, 0.05, 1000, 0.5, 0.25, 1.5),
+    "select": _phase(1.0, 0.10, 1000, 1.0, 0.95, 1.75),
+    "step": _phase(3.0, 0.30, 1000, 3.0, 2.875, 4.5),
+    "push": _phase(1.0, 0.10, 1000, 1.0, 0.9, 1.25),
+}
+
+RECORD = {
+    "schema": 1,
+    "status": "completed",
+    "totals": {"episodes": 5000, "env_steps": 1_234_567, "updates": 4821, "wall_s": 83.4, "warmup_s": 1.25},
+    "throughput": {"env_steps_per_s": 14_803.0, "updates_per_s": 57.8, "episodes_per_s": 60.0, "replay_ratio": 0.5},
+    "phases": PHASE_DATA,
+    "learning": {"mean_score_last_100": 12.345, "best_score": 31, "mean_return_last_100": 11.0},
+    "memory": {"peak_rss_mb": 812.4, "peak_cuda_mb": None},
+}
+
+
+def _row(text: str, first: str) -> list[str]:
+    """The cells of the table row that starts with ``first``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{text}")
+
+
+def test_phase_table_numbers_and_order() -> None:
+    text = render_to_str(phase_table(PHASE_DATA, title="phases", timing_mode="events"))
+    assert "phases" in text and "timing: events" in text
+    header = _row(text.replace("┃", "│"), "phase")
+    assert header == ["phase", "total s", "share", "calls", "mean ms", "p50 ms", "p95 ms"]
+    order = [line.split()[1] for line in text.splitlines() if line.split()[1:2] and line.split()[1] in PHASES]
+    assert order == list(PHASES)
+    assert _row(text, "train") == ["train", "4.500", "45.0%", "250", "18.0", "17.5", "25.2"]
+    assert _row(text, "step") == ["step", "3.000", "30.0%", "1,000", "3.00", "2.88", "4.50"]
+    assert _row(text, "log") == ["log", "0.500", "5.0%", "1,000", "0.500", "0.250", "1.50"]
+    assert _row(text, "total")[:4] == ["total", "10.000", "100.0%", "4,250"]
+
+
+def test_phase_table_from_a_live_timer() -> None:
+    timer = PhaseTimer(torch.device("cpu"))
+    with timer.phase("push"):
+        pass
+    timer.step_done()
+    text = render_to_str(phase_table(timer.to_dict()["phases"], timing_mode=timer.mode))
+    assert _row(text, "push")[2:4] == ["100.0%", "1"]
+    assert _row(text, "train")[3:] == ["0", "–", "–", "–"]  # never entered
+    assert "timing: cpu" in text
+
+
+def test_summary_table_values() -> None:
+    text = render_to_str(summary_table(RECORD))
+    expected = {
+        "status": "completed",
+        "episodes": "5,000",
+        "env steps": "1,234,567",
+        "updates": "4,821",
+        "wall time": "1m 23.4s",
+        "env steps/s": "14.8 k",
+        "updates/s": "57.8",
+        "replay ratio": "0.5",
+        "mean score (last 100)": "12.35",
+        "best score": "31",
+        "peak RSS": "812.4 MiB",
+        "peak CUDA memory": "–",
+    }
+    for label, value in expected.items():
+        assert _row(text, label) == [label, value]
+    assert "rates exclude 1.2 s of warm-up" in text
+
+
+def test_summary_table_tolerates_missing_sections() -> None:
+    text = render_to_str(summary_table({"schema": 1}))
+    assert _row(text, "episodes") == ["episodes", "–"]
+    assert "status" not in text
+
+
+def test_render_to_str_is_plain_text() -> None:
+    text = render_to_str(phase_table(PHASE_DATA), width=80)
+    assert "\x1b[" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_phase_shares_text() -> None:
+    assert phase_shares_text(PHASE_DATA).plain == "select 10.0% · step 30.0% · push 10.0% · train 45.0% · log 5.0%"
