@@ -206,8 +206,8 @@ class VectorSnake(VectorEnv):
         c = self.cells
 
         # Turn and look ahead.
-        self._dir = (self._dir + self._turns[actions]) % 4
-        target = self._nbr[self._head * 4 + self._dir]
+        direction = (self._dir + self._turns[actions]) % 4
+        target = self._nbr[self._head * 4 + direction]
         tail = self._ring.gather(1, ((self._head_ptr - self._length + 1) % c).unsqueeze(1)).squeeze(1)
         occupied = self._occ.gather(1, target.unsqueeze(1)).squeeze(1)  # the wall column is always occupied
         dead = occupied & (target != tail)  # the tail leaves this step, so its cell is free
@@ -219,6 +219,7 @@ class VectorSnake(VectorEnv):
         keep_tail = ~(alive & ~eat)
         self._occ.scatter_(1, tail.unsqueeze(1), keep_tail.unsqueeze(1))
         new_head = torch.where(alive, target, self._head)
+        self._dir = torch.where(alive, direction, self._dir)
         self._occ.scatter_(1, new_head.unsqueeze(1), True)
         self._head_ptr = torch.where(alive, (self._head_ptr + 1) % c, self._head_ptr)
         self._ring.scatter_(1, self._head_ptr.unsqueeze(1), new_head.unsqueeze(1))
@@ -328,7 +329,8 @@ class VectorSnake(VectorEnv):
         self._length[index] = length
         self._head[index] = cells[0]
         self._dir[index] = direction
-        self._fruit[index] = 0 if fruit is None else fruit[0] * s + fruit[1]
+        # A full board has no fruit; parking it under the head keeps every fruit feature at 0.
+        self._fruit[index] = cells[0] if fruit is None else fruit[0] * s + fruit[1]
         self._hungry_for[index] = steps_since_fruit
         self._ep_score[index] = score
         self._ep_len[index] = steps
