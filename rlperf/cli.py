@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from rlperf import __version__
 from rlperf.errors import RlperfError
@@ -64,7 +66,21 @@ def _root(
     """Find and fix performance bottlenecks in deep-RL training loops."""
 
 
-@app.command()
+class OneLineUsageErrors(TyperCommand):
+    """A command whose option-parsing errors (bad value, unknown option) are one line and exit 2,
+    like every other bad input, instead of click's usage block."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        try:
+            return super().parse_args(ctx, args)
+        except typer.TyperException as exc:
+            message = getattr(exc, "format_message", None)
+            if message is None:
+                raise
+            raise RlperfError(" ".join(message().split()), hint=f"see rlperf {ctx.info_name} --help") from None
+
+
+@app.command(cls=OneLineUsageErrors)
 def train(
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -79,16 +95,48 @@ def train(
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
     tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tb.")] = False,
+    resume: Annotated[Optional[Path], typer.Option(
+        "--resume", metavar="RUN_DIR",
+        help="Continue RUN_DIR from its checkpoint, in place, with its config.toml; --episodes/--steps may extend "
+             "the stop condition (other keys that change what the run computes are refused).")] = None,
 ) -> None:
     """Train DQN on the batched Snake with a live per-phase dashboard; writes a run directory."""
-    from rlperf.runner import train_run
+    from rlperf.runner import resume_config, train_run
 
-    cfg = build_config(config, set_, envs, episodes, steps, train_ratio, device, seed)
+    if resume is not None:
+        if config is not None:
+            raise RlperfError("--config cannot be combined with --resume", hint=f"a resume uses {resume}/config.toml")
+        if name is not None:
+            raise RlperfError("--name cannot be combined with --resume", hint="a resume continues in RUN_DIR")
+        cfg = resume_config(resume, set_, envs=envs, episodes=episodes, steps=steps, train_ratio=train_ratio,
+                            device=device, seed=seed)
+    else:
+        cfg = build_config(config, set_, envs, episodes, steps, train_ratio, device, seed)
     if tensorboard:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"tensorboard": True})})
-    result = train_run(cfg, out=out, name=name, command=sys.argv, quiet=quiet or json_, dashboard=not json_)
-    emit(result.record, json_, quiet)
+    # From here a signal either stops the run (train_run's own handler) or arrives while a finished
+    # run is being rendered, where it is ignored. After an interruption signals stay ignored for the
+    # rest of the process, interpreter exit included: the user asked to stop, and it is stopping.
+    previous = _ignore_stop_signals()
+    interrupted = False
+    try:
+        result = train_run(cfg, out=out, name=name, command=sys.argv, quiet=quiet or json_, dashboard=not json_, resume=resume)
+        interrupted = result.record["status"] == "interrupted"
+        emit(result.record, json_, quiet)
+    finally:
+        for signum, handler in previous.items():
+            # SIG_IGN, unlike a Python handler, survives the interpreter's finalization.
+            signal.signal(signum, signal.SIG_IGN if interrupted else handler)
     raise typer.Exit(result.exit_code)
+
+
+def _ignore_stop_signals() -> dict[int, Any]:
+    """Ignore SIGINT/SIGTERM (with a Python handler, so child processes keep the defaults)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, lambda signum, frame: None) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
 def emit(record: dict, as_json: bool, quiet: bool) -> None:
@@ -105,8 +153,11 @@ def emit(record: dict, as_json: bool, quiet: bool) -> None:
     console.print(summary_table(record))
     status = record["status"]
     line = f"run {record['name']}: {status} -> {record.get('run_dir', '')}"
-    if status != "completed":
-        line += f" ({record.get('error', 'see run.json')})" if status == "failed" else ""
+    if status in ("failed", "diverged"):
+        line += f" ({record.get('error', 'see run.json')})"
+    resumable = record.get("config", {}).get("run", {}).get("mode") != "async"
+    if status == "interrupted" and record.get("checkpoint") and resumable:
+        line += f"; continue with: rlperf train --resume {record.get('run_dir', '')}"
     if not quiet or status != "completed":
         print(line, file=sys.stderr)
 
@@ -120,3 +171,6 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"rlperf: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+from rlperf import cmd_sweep  # noqa: E402,F401  (registers "sweep")
+from rlperf import cmd_compare  # noqa: E402,F401  (registers "compare")
+from rlperf import cmd_profile  # noqa: E402,F401  (registers "profile")

@@ -243,6 +243,10 @@ class Progress:
     last_loss: float = float("nan")
     epsilon: float = 1.0
     status: str = "running"
+    # The mean loss's accumulator between two log phases: summed on the model's device so the hot
+    # loop never reads it, and kept here (not in run_loop) so a checkpoint carries it across a resume.
+    loss_sum: torch.Tensor | None = None
+    loss_count: int = 0
 
     def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray) -> None:
         self.episodes += len(scores)
@@ -261,13 +265,17 @@ class Progress:
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
     def state_dict(self) -> dict[str, Any]:
+        """Plain values and CPU tensors (loadable with ``torch.load(weights_only=True)``)."""
         state = dict(self.__dict__)
         state["scores"], state["returns"] = list(self.scores), list(self.returns)
+        if self.loss_sum is not None:
+            state["loss_sum"] = self.loss_sum.detach().to("cpu", copy=True)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, deque(value, maxlen=100) if key in ("scores", "returns") else value)
+        self.status = "running"
 
 
 @contextlib.contextmanager
@@ -312,15 +320,20 @@ def run_loop(
 
     ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
     has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
-    and ``on_step`` (instruments) are checked at each vector-step boundary.
+    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary.
+    Everything that shapes the rest of the run lives in ``agent``, ``buffer``, ``env`` (with the
+    returned observation) and ``progress``, so a run checkpointed at a boundary resumes exactly.
     """
     t = cfg.train
     n = env.num_envs
     flush_every = 1 if agent.device.type == "cpu" else t.log_every
     episodes = EpisodeLog(flush_every, n, agent.device)
     learning_starts = max(t.learning_starts, cfg.buffer.batch_size)
-    loss_sum = torch.zeros((), device=agent.device)
-    loss_count = 0
+    if progress.loss_sum is None:
+        progress.loss_sum = torch.zeros((), device=agent.device)
+    else:  # resumed: the accumulator comes back from the checkpoint on the CPU
+        progress.loss_sum = progress.loss_sum.to(agent.device)
+    loss_sum = progress.loss_sum
     push_mode = cfg.buffer.push
 
     with gc_mode(t.gc):
@@ -346,18 +359,20 @@ def run_loop(
                     while progress.owed_updates >= 1.0:
                         progress.owed_updates -= 1.0
                         loss_sum += agent.update(buffer)
-                        loss_count += 1
+                        progress.loss_count += 1
                     progress.updates = agent.updates
 
             with timer.phase("log"):
                 episodes.record(infos)
-                if episodes.full:
+                log_boundary = progress.vector_steps % t.log_every == 0
+                # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
+                if episodes.full or (log_boundary and episodes.filled):
                     progress.add_episodes(*episodes.flush())
-                if progress.vector_steps % t.log_every == 0 or stop_reached(cfg, progress):
-                    if loss_count:
-                        progress.last_loss = float(loss_sum) / loss_count
+                if log_boundary or stop_reached(cfg, progress):
+                    if progress.loss_count:
+                        progress.last_loss = float(loss_sum) / progress.loss_count
                         loss_sum.zero_()
-                        loss_count = 0
+                        progress.loss_count = 0
                         if not math.isfinite(progress.last_loss):
                             progress.status = "diverged"
                     on_log(progress)

@@ -1,0 +1,989 @@
+"""Async actor/learner mode (``run.mode = "async"``, DESIGN §6): the system seeds 002 and 004 review.
+
+K actor processes (spawn start method, CPU, one torch thread each) step their own batched Snake
+(``async.envs_per_actor`` boards) with a local copy of the policy and write transitions into a
+shared-memory replay. The main process is the learner: it samples, trains the same DQN
+(:class:`rlperf.dqn.Agent`) and publishes weights with a version counter. Everything the processes
+share lives in one segment (:mod:`rlperf.shm`): a control block (stop flag, weight seqlock, learner
+update count), one stats slot per actor (PufferLib's per-worker status flag, plus counters and
+phase timings), per-actor finished-episode rings, the weights, and the replay.
+
+Each seed form is a knob with its fixed form next to it (DESIGN §2):
+
+- ``async.buffer``: ``locked`` (one ring, one lock over the whole add and the whole sample) vs
+  ``lockfree`` (per-actor single-writer rings; slots first, then the write index).
+- ``async.wait``: ``sleep`` (the learner polls with 1 ms sleeps) vs ``event`` (it blocks, with a
+  timeout, on a wake-up the writers signal), whenever it has no batch to train on: before ``train.learning_starts``
+  and whenever it is ``train.train_ratio`` updates per actor vector step ahead of the actors.
+- ``async.weight_check``: ``on`` clones and compares the weights around every sync (seed 002).
+- ``async.publish``: ``state_dict`` (CPU state dict loaded into a shared model every
+  ``publish_every`` updates; actors clone the whole shared state dict on every step) vs
+  ``shared`` (the same shared tensors, written in place under a seqlock; actors copy only when the
+  version moved).
+
+What differs from a sync run: ``train.train_ratio`` counts updates per *actor* vector step
+(``async.envs_per_actor`` transitions), so one actor with ``envs_per_actor = env.num_envs`` has a
+sync run's replay ratio; ``env.num_envs`` is not used (each actor steps ``envs_per_actor`` boards);
+the learner trains only when it is behind that ratio and otherwise waits, and it stops when the
+actors have reached the stop condition (a learner slower than the actors shows as fewer updates and
+a lower replay ratio in the record). With ``run.threads = 0`` the learner takes the cores the
+actors leave free. ε decays over env steps as in sync mode: actors that out-run a CPU learner reach
+``eps_end`` early, so give exploration more steps (``agent.eps_decay_steps``).
+
+Robustness: the learner checks its actors every 0.1 s (a dead one ends the run as ``failed``
+naming the actor and its exit code, or is restarted with ``async.restart_actors``), every wait has
+a timeout, children ignore SIGINT and stop on the shared flag, actors exit when the learner
+disappears, and the segment is unlinked on every ending (named after the learner's pid, so a
+killed learner's segment is removed at the next start).
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import multiprocessing as mp
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlperf.config import Config
+from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
+from rlperf.errors import ConfigError
+from rlperf.shm import Layout, ReplayLockTimeout, ReplayReader, RingWriter, Segment, SeqLock, replay_fields, segment_name
+from rlperf.snake import VectorSnake, observation_shape
+
+ACTOR_PHASES = ("sync", "select", "step", "push")
+# Per-actor stats slot (float64; counters stay exact up to 2**53).
+SLOT = {name: i for i, name in enumerate((
+    "state", "pid", "vector_steps", "env_steps", "episodes", "lock_wait_s", "lock_acquires", "measured_steps",
+    *(f"{p}_{k}" for p in ACTOR_PHASES for k in ("s", "p50", "p95")), "stale_sum", "stale_max", "behind_sum",
+    "behind_max", "syncs", "torn_reads", "check_s", "diff_before", "diff_after", "peak_rss_mb",
+))}
+STARTING, RUNNING, DONE, STOPPED, FAILED = range(5)  # slot "state"
+CTRL_STOP, CTRL_SEQ, CTRL_UPDATES, CTRL_PUBLISHED_AT = range(4)  # control block (int64)
+EPISODE_RING = 8192  # finished episodes kept per actor between two learner reads
+ERROR_BYTES = 512
+CHECK_EVERY_S = 0.1  # liveness checks: a dead actor is seen within this (+ one update)
+STOP_GRACE_S = 5.0
+MAX_RESTARTS = 10  # per actor; a crash loop ends the run instead of spinning
+_SAMPLES_KEPT = 4096  # per phase, for the p50/p95 an actor reports
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything an actor process needs (picklable; the lock and the wake-up semaphore travel at spawn)."""
+
+    cfg: Config
+    segment: str
+    layout: Layout
+    obs_shape: tuple[int, ...]
+    ring_capacity: int
+    param_shapes: tuple[tuple[int, ...], ...]
+    learner_pid: int
+    lock: Any = None
+    wake: Any = None
+
+
+def layout_for(cfg: Config, obs_shape: tuple[int, ...], n_params: int) -> tuple[Layout, int, int]:
+    """The segment layout, the number of rings and slots per ring."""
+    k, a = cfg.async_.actors, cfg.async_
+    rings, capacity = (1, cfg.buffer.capacity) if a.buffer == "locked" else (k, cfg.buffer.capacity // k)
+    fields = {
+        "ctrl": ((4,), "int64"),
+        "slots": ((k, len(SLOT)), "float64"),
+        "holding": ((k,), "int64"),
+        "errors": ((k, ERROR_BYTES), "uint8"),
+        "episodes": ((k, EPISODE_RING, 3), "float64"),
+        "weights": ((n_params,), "float32"),
+        **replay_fields(rings, capacity, obs_shape),
+    }
+    return Layout(fields), rings, capacity
+
+
+def learner_threads(cfg: Config) -> int:
+    """``run.threads``, or else the cores the actors leave free (at least 1): a learner whose intra-op
+    threads compete with busy actors for the same cores spends its updates spinning (seed 004 §7)."""
+    if cfg.run.threads > 0:
+        return cfg.run.threads
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(torch.get_num_threads(), cores - cfg.async_.actors))
+
+
+def check_async(cfg: Config) -> None:
+    """Refuse, with one line each, settings the async mode cannot honour (DESIGN §7)."""
+    a, b = cfg.async_, cfg.buffer
+    if cfg.env.backend != "tensor":
+        raise ConfigError(f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",
+                          hint="use env.backend=tensor with run.mode=async")
+    if b.storage == "list" or b.push == "loop":
+        key = "buffer.storage=list" if b.storage == "list" else "buffer.push=loop"
+        raise ConfigError(f"{key} does not apply with run.mode=async: the replay is shared memory (async.buffer)",
+                          hint="use buffer.storage=tensor and buffer.push=batch, and async.buffer=locked|lockfree")
+    per_ring = b.capacity if a.buffer == "locked" else b.capacity // a.actors
+    if per_ring < 2 * a.envs_per_actor or (a.buffer == "lockfree" and a.actors * (per_ring - a.envs_per_actor) < b.batch_size):
+        raise ConfigError(
+            f"buffer.capacity={b.capacity} is too small for {a.actors} actor(s) x {a.envs_per_actor} boards "
+            f"({'one ring' if a.buffer == 'locked' else 'one ring per actor'} of {per_ring} slots)",
+            hint=f"raise buffer.capacity to at least {a.actors * (2 * a.envs_per_actor + b.batch_size)}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Actor process
+
+
+def actor_main(plan: Plan, index: int, incarnation: int) -> None:
+    """Entry point of actor ``index`` (its ``incarnation``-th start): step, act, write, repeat."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the learner, which stops us in order
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
+    torch.set_num_threads(1)
+    segment = Segment(plan.segment, plan.layout, create=False)
+    slot = segment.arrays["slots"][index]
+    code = 0
+    try:
+        code = _act(plan, index, incarnation, segment.arrays, terminated)
+    except BaseException as exc:  # report it where the learner looks, then die with a non-zero code
+        slot[SLOT["state"]] = FAILED
+        text = f"{type(exc).__name__}: {exc}".encode()[: ERROR_BYTES - 1]
+        segment.arrays["errors"][index, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+        traceback.print_exc()
+        code = 1
+    finally:
+        segment.close()
+    sys.exit(code)
+
+
+def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray], terminated: list[int]) -> int:
+    cfg, a, t, e = plan.cfg, plan.cfg.async_, plan.cfg.train, plan.cfg.env
+    ctrl, slots, slot = arrays["ctrl"], arrays["slots"], arrays["slots"][index]
+    slot[SLOT["pid"]] = os.getpid()
+    arrays["errors"][index] = 0
+    seed = cfg.run.seed + 1000 * (index + 1) + 7919 * incarnation
+    torch.manual_seed(seed)
+    cpu = torch.device("cpu")
+    env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
+                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu)
+    obs, _ = env.reset(seed=seed)
+    # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
+    agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu)
+    agent.generator.manual_seed(seed)
+    policy = PolicySync(plan, arrays, agent.q)
+    writer = RingWriter(arrays, index, plan.ring_capacity, lock=plan.lock, holding=arrays["holding"][index:index + 1],
+                        give_up=lambda: _stopping(plan, ctrl, terminated))
+    clock = _ActorClock(slot, t.warmup_steps)
+    episodes = arrays["episodes"][index]
+    n = a.envs_per_actor
+    slot[SLOT["state"]] = RUNNING
+    policy.sync()  # the learner published version 1 before starting us
+    while True:
+        if _stopping(plan, ctrl, terminated):
+            slot[SLOT["state"]] = STOPPED
+            break
+        env_steps, n_episodes = slots[:, SLOT["env_steps"]].sum(), slots[:, SLOT["episodes"]].sum()
+        if (t.steps and env_steps >= t.steps) or (t.episodes and n_episodes >= t.episodes):
+            slot[SLOT["state"]] = DONE
+            break
+        clock.start()
+        policy.sync()
+        clock.lap("sync")
+        actions = agent.act(obs, epsilon_at(cfg, int(env_steps)))
+        policy.note_use(slot, ctrl)
+        clock.lap("select")
+        next_obs, rewards, terminations, _, infos = env.step(actions)
+        clock.lap("step")
+        waited = writer.write(obs.numpy(), actions.numpy(), rewards.numpy(), infos["final_obs"].numpy(), terminations.numpy())
+        if waited is None:  # stopped while waiting for the lock
+            continue
+        if plan.wake is not None:
+            wake(plan.wake)
+        obs = next_obs
+        finished = infos["_episode"].nonzero().squeeze(1)
+        if finished.numel():
+            count = int(slot[SLOT["episodes"]])
+            rows = (count + np.arange(finished.numel())) % EPISODE_RING
+            ep = infos["episode"]
+            episodes[rows] = torch.stack([ep["score"][finished].double(), ep["length"][finished].double(),
+                                          ep["return"][finished].double()], 1).numpy()
+            slot[SLOT["episodes"]] = count + finished.numel()  # after the rows: the learner reads up to here
+        clock.lap("push")
+        slot[SLOT["vector_steps"]] += 1
+        slot[SLOT["env_steps"]] += n
+        if plan.lock is not None:
+            slot[SLOT["lock_wait_s"]] += waited
+            slot[SLOT["lock_acquires"]] += 1
+        clock.step_done()
+    clock.flush()
+    return 143 if terminated and not ctrl[CTRL_STOP] else 0
+
+
+def wake(signal_: Any) -> None:
+    """Wake a learner blocked in ``async.wait=event``. Never blocks: a bounded semaphore, not an
+    ``mp.Event``, whose ``set`` takes a lock that a killed learner may still hold."""
+    try:
+        signal_.release()
+    except ValueError:  # already signalled
+        pass
+
+
+def _stopping(plan: Plan, ctrl: np.ndarray, terminated: list[int]) -> bool:
+    # getppid() changes when the learner dies (we are re-parented): never outlive it.
+    return bool(ctrl[CTRL_STOP]) or bool(terminated) or os.getppid() != plan.learner_pid
+
+
+class _ActorClock:
+    """Phase times of one actor, written into its stats slot (totals every step, p50/p95 every 0.5 s)."""
+
+    def __init__(self, slot: np.ndarray, warmup_steps: int) -> None:
+        self.slot, self.warmup_steps, self.steps = slot, warmup_steps, 0
+        self.samples = {p: np.zeros(_SAMPLES_KEPT) for p in ACTOR_PHASES}
+        self.index = {p: SLOT[f"{p}_s"] for p in ACTOR_PHASES}
+        self.t = 0.0
+        self.flushed = time.monotonic()
+
+    def start(self) -> None:
+        self.t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        if self.steps >= self.warmup_steps:
+            self.slot[self.index[phase]] += now - self.t
+            self.samples[phase][(self.steps - self.warmup_steps) % _SAMPLES_KEPT] = now - self.t
+        self.t = now
+
+    def step_done(self) -> None:
+        self.steps += 1
+        if self.steps > self.warmup_steps:
+            self.slot[SLOT["measured_steps"]] += 1
+        if time.monotonic() - self.flushed > 0.5:
+            self.flush()
+
+    def flush(self) -> None:
+        kept = min(max(self.steps - self.warmup_steps, 0), _SAMPLES_KEPT)
+        for phase, values in self.samples.items():
+            if kept:
+                p50, p95 = np.percentile(values[:kept], (50, 95))
+                self.slot[SLOT[f"{phase}_p50"]], self.slot[SLOT[f"{phase}_p95"]] = p50, p95
+        self.slot[SLOT["peak_rss_mb"]] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.flushed = time.monotonic()
+
+
+def shared_views(plan: Plan, flat: np.ndarray) -> list[torch.Tensor]:
+    views, offset = [], 0
+    for shape in plan.param_shapes:
+        size = int(np.prod(shape))
+        views.append(torch.from_numpy(flat[offset:offset + size]).view(shape))
+        offset += size
+    return views
+
+
+def shared_qnetwork(obs_shape: tuple[int, ...], hidden: list[int], views: list[torch.Tensor]) -> QNetwork:
+    """Seed 002's shared model: a Q-network whose tensors are the shared-memory weights."""
+    model = QNetwork(obs_shape, 3, hidden)
+    for p, view in zip(model.parameters(), views):
+        p.data = view
+    return model
+
+
+class PolicySync:
+    """An actor's copy of the weights, kept up to date the way ``async.publish`` says."""
+
+    def __init__(self, plan: Plan, arrays: dict[str, np.ndarray], local: torch.nn.Module) -> None:
+        a = plan.cfg.async_
+        self.mode, self.check = a.publish, a.weight_check == "on"
+        self.seq, self.ctrl, self.slot = SeqLock(arrays["ctrl"][CTRL_SEQ:CTRL_SEQ + 1]), arrays["ctrl"], None
+        self.local = local
+        self.local_params = list(local.parameters())
+        self.shared = shared_views(plan, arrays["weights"])
+        if self.mode == "state_dict":
+            self.shared_model = shared_qnetwork(plan.obs_shape, list(plan.cfg.agent.hidden), self.shared)
+        self.big = max(range(len(self.shared)), key=lambda i: self.shared[i].numel())  # the seed's head1.weight
+        self.version, self.updates_at = -1, 0
+        self.counts = {"syncs": 0, "torn_reads": 0, "check_s": 0.0}
+
+    def sync(self) -> None:
+        """``shared``: copy when the version moved. ``state_dict``: clone and load every time."""
+        if self.mode == "shared":
+            counter = self.seq.read()
+            if counter // 2 == self.version:
+                return
+        before = self._compare() if self.check else None
+        if not (self._copy_in_place() if self.mode == "shared" else self._load_state_dict()):
+            return
+        self.counts["syncs"] += 1
+        if before is not None:
+            self.counts["diff_before"], self.counts["diff_after"] = before, self._compare()
+
+    def _copy_in_place(self) -> bool:
+        for _ in range(10_000):
+            counter = self.seq.read()
+            if counter % 2 == 0:
+                with torch.no_grad():
+                    torch._foreach_copy_(self.local_params, self.shared)
+                updates_at = int(self.ctrl[CTRL_PUBLISHED_AT])
+                if self.seq.read() == counter:
+                    self.version, self.updates_at = counter // 2, updates_at
+                    return True
+            self.counts["torn_reads"] += 1
+            time.sleep(0)
+        return False  # the learner is stuck mid-write (or gone); keep acting, the stop checks decide
+
+    def _load_state_dict(self) -> bool:
+        counter = self.seq.read()
+        if counter % 2:
+            self.counts["torn_reads"] += 1
+            return False
+        cloned = {k: v.clone() for k, v in self.shared_model.state_dict().items()}  # seed 002's copy_model_state_dict
+        updates_at = int(self.ctrl[CTRL_PUBLISHED_AT])
+        if self.seq.read() != counter:  # the learner wrote meanwhile: keep the old weights this step
+            self.counts["torn_reads"] += 1
+            return False
+        self.local.load_state_dict(cloned)
+        self.version, self.updates_at = counter // 2, updates_at
+        return True
+
+    def _compare(self) -> float:
+        t0 = time.perf_counter()
+        local = self.local_params[self.big].data.clone().cpu()
+        shared = self.shared[self.big].clone().cpu()
+        diff = torch.abs(local - shared).mean().item()
+        self.counts["check_s"] += time.perf_counter() - t0
+        return diff
+
+    def note_use(self, slot: np.ndarray, ctrl: np.ndarray) -> None:
+        """Staleness at use: versions (and learner updates) behind the newest published weights."""
+        stale = self.seq.version - self.version
+        behind = int(ctrl[CTRL_UPDATES]) - self.updates_at
+        slot[SLOT["stale_sum"]] += stale
+        slot[SLOT["behind_sum"]] += behind
+        if stale > slot[SLOT["stale_max"]]:
+            slot[SLOT["stale_max"]] = stale
+        if behind > slot[SLOT["behind_max"]]:
+            slot[SLOT["behind_max"]] = behind
+        c = self.counts
+        slot[SLOT["syncs"]], slot[SLOT["torn_reads"]], slot[SLOT["check_s"]] = c["syncs"], c["torn_reads"], c["check_s"]
+        if "diff_after" in c:
+            slot[SLOT["diff_before"]], slot[SLOT["diff_after"]] = c["diff_before"], c["diff_after"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Learner (the main process)
+
+
+def publish_weights(mode: str, q: torch.nn.Module, shared: list[torch.Tensor], shared_model: Any = None) -> None:
+    """The learner's side of ``async.publish`` (the caller holds the seqlock)."""
+    if mode == "shared":
+        with torch.no_grad():
+            for view, p in zip(shared, q.parameters()):
+                view.copy_(p)
+    else:  # seed 002: the whole state dict to the CPU, loaded into the shared model
+        state_dict_cpu = {k: v.cpu() for k, v in q.state_dict().items()}
+        shared_model.load_state_dict(state_dict_cpu)
+
+
+class ActorFailure(RuntimeError):
+    """An actor died and is not (or no longer) restarted."""
+
+    def __init__(self, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class _NoBatch(RuntimeError):
+    pass
+
+
+class _Sampler:
+    """What :meth:`rlperf.dqn.Agent.update` samples from: the shared replay, staged on the learner's device."""
+
+    def __init__(self, reader: ReplayReader, device: torch.device) -> None:
+        from rlperf.buffer import Batch
+
+        self.reader, self.device, self._ready = reader, device, False
+        out = reader.out
+        host = Batch(*(torch.from_numpy(out[k]) for k in ("obs", "action", "reward", "next_obs", "done")))
+        self._host = host
+        self._batch = host if device.type == "cpu" else None  # on the CPU the staging arrays are the batch
+
+    def ready(self) -> bool:
+        """Draw the next batch now; False when the replay cannot give one yet."""
+        self._ready = self.reader.sample() is not None
+        return self._ready
+
+    def sample(self, batch_size: int) -> Any:
+        if not self._ready and self.reader.sample() is None:
+            raise _NoBatch
+        self._ready = False
+        if self._batch is not None:
+            return self._batch
+        return type(self._host)(*(x.to(self.device) for x in self._host))
+
+
+class Learner:
+    """The main process: owns the run directory, the record, the signals, the segment and the actors."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    def run(self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool,
+            kind: str) -> Any:
+        from rlperf import runner
+        from rlperf.buffer import BufferMemoryError
+        from rlperf.records import make_run_dir
+        from rlperf.shm import cleanup_stale, new_run_id, shm_free_bytes
+
+        cfg, a = self.cfg, self.cfg.async_
+        self.obs_shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
+        check_async(cfg)
+        self.device = runner.prepare(cfg)
+        runner.seed_everything(cfg.run.seed)
+        self.param_shapes = tuple(tuple(p.shape) for p in QNetwork(self.obs_shape, 3, list(cfg.agent.hidden)).parameters())
+        n_weights = sum(int(np.prod(s)) for s in self.param_shapes)
+        self.layout, self.rings, self.ring_capacity = layout_for(cfg, self.obs_shape, n_weights)
+        free = shm_free_bytes()
+        if free is not None and self.layout.nbytes > 0.9 * free:
+            raise BufferMemoryError(
+                f"async replay needs {self.layout.nbytes / 2**20:.1f} MiB of shared memory, /dev/shm has "
+                f"{free / 2**20:.1f} MiB free", hint="lower buffer.capacity, or enlarge /dev/shm (docker: --shm-size)")
+        self.agent = Agent(cfg, self.obs_shape, self.device)
+        self.stop = runner.StopSignal()
+        threads_before = torch.get_num_threads()
+        self.learner_threads = learner_threads(cfg)
+        torch.set_num_threads(self.learner_threads)
+        with self.stop.installed():
+            self.stale_removed = cleanup_stale()
+            if self.stop.signum is not None:
+                raise runner.RunInterrupted(self.stop.signum)
+            self.run_dir = make_run_dir(out, name, prefix=kind)
+            self.command, self.kind = list(command or sys.argv), kind
+            self.segment = Segment(segment_name(new_run_id(), "run"), self.layout, create=True)
+            self.procs: list[Any] = []
+            safety_net = register_cleanup(self.procs, self.segment)
+            try:
+                return self._run(runner, quiet, show)
+            finally:
+                self._stop_actors()
+                self.segment.unlink()
+                self.segment.close()
+                atexit.unregister(safety_net)
+                torch.set_num_threads(threads_before)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _run(self, runner: Any, quiet: bool, show: bool) -> Any:
+        from rlperf.records import MetricsCSV, write_text_atomic
+        from rlperf.config import to_toml
+        from rlperf.timers import PhaseTimer
+
+        cfg, a, t = self.cfg, self.cfg.async_, self.cfg.train
+        arrays = self.segment.arrays
+        self.ctrl, self.slots = arrays["ctrl"], arrays["slots"]
+        write_text_atomic(self.run_dir / runner.CONFIG_NAME, to_toml(cfg))
+        self.metrics = MetricsCSV(self.run_dir / runner.METRICS_NAME, runner.METRICS_FIELDS)
+        ctx = spawn_context()
+        lock = ctx.Lock() if a.buffer == "locked" else None
+        self.wake = ctx.BoundedSemaphore(1) if a.wait == "event" else None
+        self.plan = Plan(cfg, self.segment.name, self.layout, self.obs_shape, self.ring_capacity,
+                         self.param_shapes, os.getpid(), lock, self.wake)
+        self.lock, self.ctx = lock, ctx
+        self.reader = ReplayReader(arrays, self.rings, self.ring_capacity, a.envs_per_actor, cfg.buffer.batch_size,
+                                   lock=lock, check=self._check_actors, seed=cfg.run.seed)
+        sampler = _Sampler(self.reader, self.device)
+        self.seq = SeqLock(self.ctrl[CTRL_SEQ:CTRL_SEQ + 1])
+        self.shared = shared_views(self.plan, arrays["weights"])
+        if a.publish == "state_dict":
+            self.shared_model = shared_qnetwork(self.obs_shape, list(cfg.agent.hidden), self.shared)
+        self.timer = PhaseTimer(self.device, mode=cfg.run.timing, warmup_steps=t.warmup_steps)
+        self.progress = Progress()
+        self.pids: list[list[int]] = [[] for _ in range(a.actors)]
+        self.restarts = [0] * a.actors
+        self.restart_events: list[dict[str, Any]] = []
+        self.exit_codes: list[int | None] = [None] * a.actors
+        self.failure: dict[str, Any] | None = None
+        self.publishes, self.publish_s, self.wait_s, self.waits, self.busy_s = 0, 0.0, 0.0, 0, 0.0
+        self.episodes_read = [0] * a.actors
+        self.episodes_lost = 0
+        self.episodes_seen = 0  # episodes whose score and length the learner read
+        self.t_start = time.perf_counter()
+        self.started_at = _now()
+        self.window: tuple[float, int, int, int] | None = None
+        self.t_first_update: float | None = None
+        self.t_first_data: float | None = None
+        self.t_all_running: float | None = None
+        self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
+        total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
+        self.unit = unit
+        self.board = _AsyncBoard(total, unit, enabled=show and not quiet)
+
+        self._publish()  # version 1: every actor starts from the learner's initial weights
+        for i in range(a.actors):
+            self.procs.append(None)
+            self._start(i)
+        n = a.envs_per_actor
+        starts = max(t.learning_starts, cfg.buffer.batch_size + (a.actors * n if a.buffer == "lockfree" else 0))
+        status, error = "completed", None
+        next_tick = 0.0
+        next_log = t.log_every * a.actors
+        try:
+            with self.board:
+                while True:
+                    if self.stop():
+                        status = "interrupted"
+                        break
+                    now = time.perf_counter()
+                    if now >= next_tick:
+                        next_tick = now + CHECK_EVERY_S
+                        self._check_actors()
+                        if self._all_done():
+                            break
+                        self._note_window(now)
+                        if self.slots[:, SLOT["vector_steps"]].sum() >= next_log:
+                            next_log += t.log_every * a.actors
+                            if not self._log():
+                                status, error = "diverged", f"mean loss became {self.progress.last_loss}"
+                                break
+                    published = self.reader.published()
+                    owed = (int(t.train_ratio * ((published - starts) / n + 1)) - self.agent.updates
+                            if published >= starts and t.train_ratio > 0 else 0)
+                    if owed > 0 and sampler.ready():
+                        t0 = time.perf_counter()
+                        with self.timer.phase("train"):
+                            self.loss_sum += self.agent.update(sampler)
+                        self.busy_s += time.perf_counter() - t0  # host time, for the utilisation
+                        self.loss_count += 1
+                        self._after_update()
+                    else:
+                        self._wait(published)
+        except ActorFailure as exc:
+            status, error, self.failure = "failed", str(exc), exc.detail
+        except ReplayLockTimeout as exc:
+            status, error = "failed", f"{exc}: an actor may be stuck or have died inside it"
+        except Exception as exc:  # a bug or an OOM: keep the record of what was measured, then surface it
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            self._finish(runner, status, error)
+            raise
+        return self._finish(runner, status, error)
+
+    def _after_update(self) -> None:
+        a = self.cfg.async_
+        updates = self.agent.updates
+        if self.t_first_update is None:
+            self.t_first_update = time.perf_counter()
+        self.ctrl[CTRL_UPDATES] = updates
+        if updates % a.publish_every == 0:
+            self._publish()
+        self.timer.step_done()
+
+    def _wait(self, published: int) -> None:
+        """No batch to train on: the ``async.wait`` knob."""
+        t0 = time.perf_counter()
+        if published == 0:
+            self.t_first_data = None
+        elif self.t_first_data is None:
+            self.t_first_data = t0
+        if self.wake is None:
+            time.sleep(0.001)  # seed 002's poll
+        else:
+            self.wake.acquire(block=False)  # drop a stale wake-up, then look again before blocking
+            if self.reader.published() == published:
+                self.wake.acquire(timeout=CHECK_EVERY_S)
+        if self.t_first_data is not None:  # before the first transition it is start-up, reported apart
+            self.wait_s += time.perf_counter() - t0
+            self.waits += 1
+
+    def _publish(self) -> None:
+        """Weights to the actors, as ``async.publish`` says, under the seqlock."""
+        t0 = time.perf_counter()
+        self.seq.begin()
+        publish_weights(self.cfg.async_.publish, self.agent.q, self.shared, getattr(self, "shared_model", None))
+        self.ctrl[CTRL_PUBLISHED_AT] = self.agent.updates
+        self.seq.end()
+        self.publishes += 1
+        self.publish_s += time.perf_counter() - t0
+
+    # -- actors -----------------------------------------------------------------------------------
+
+    def _start(self, index: int) -> None:
+        slot = self.slots[index]
+        slot[SLOT["state"]] = STARTING
+        proc = start_actor(self.ctx, self.plan, index, self.restarts[index])
+        self.procs[index] = proc
+        self.pids[index].append(proc.pid)
+
+    def _check_actors(self) -> None:
+        """Liveness: a dead actor is restarted or ends the run (called every CHECK_EVERY_S and in lock waits)."""
+        for i, proc in enumerate(self.procs):
+            if proc is None or proc.exitcode is None:
+                continue
+            state = int(self.slots[i, SLOT["state"]])
+            if proc.exitcode == 0 and (state == DONE or (state == STOPPED and self.ctrl[CTRL_STOP])):
+                continue
+            detected = time.monotonic()
+            error = bytes(self.segment.arrays["errors"][i]).split(b"\0", 1)[0].decode(errors="replace")
+            message = describe_exit(i, proc.pid, proc.exitcode, error)
+            detail = {"actor": i, "pid": proc.pid, "exit_code": proc.exitcode, "error": error or None,
+                      "detected_monotonic": detected, "env_steps": int(self.slots[:, SLOT["env_steps"]].sum())}
+            proc.join(0)
+            if not self.cfg.async_.restart_actors or self.restarts[i] >= MAX_RESTARTS or self.stop():
+                if self.cfg.async_.restart_actors and self.restarts[i] >= MAX_RESTARTS:
+                    message += f" (after {MAX_RESTARTS} restarts)"
+                self.exit_codes[i] = proc.exitcode
+                self.procs[i] = None
+                raise ActorFailure(message, detail)
+            if self.lock is not None and self.segment.arrays["holding"][i]:
+                # It died inside the replay lock: release it for the others. Its slots were never published.
+                self.segment.arrays["holding"][i] = 0
+                self.lock.release()
+                detail["released_lock"] = True
+            self.restarts[i] += 1
+            self.restart_events.append({**detail, "message": message})
+            self._start(i)
+
+    def _all_done(self) -> bool:
+        return all(int(s) == DONE for s in self.slots[:, SLOT["state"]])
+
+    def _note_window(self, now: float) -> None:
+        """Rates are measured from the moment every actor is past its warm-up steps (spawn excluded)."""
+        if self.t_all_running is None and all(int(s) != STARTING for s in self.slots[:, SLOT["state"]]):
+            self.t_all_running = now
+        if self.window is None and (self.slots[:, SLOT["measured_steps"]] > 0).all():
+            s = self.slots
+            self.window = (now, int(s[:, SLOT["env_steps"]].sum()), self.agent.updates, int(s[:, SLOT["episodes"]].sum()))
+
+    def _stop_actors(self) -> None:
+        """In order: the shared stop flag, a grace period, then SIGTERM, then SIGKILL."""
+        self.ctrl[CTRL_STOP] = 1
+        deadline = time.monotonic() + STOP_GRACE_S
+        live = [p for p in self.procs if p is not None]
+        for proc in live:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in live:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for i, proc in enumerate(self.procs):
+            if proc is not None:
+                self.exit_codes[i] = proc.exitcode
+
+    # -- logging and the record ---------------------------------------------------------------------
+
+    def _log(self) -> bool:
+        """Read finished episodes and the mean loss; a row for metrics.csv and the dashboard. False: diverged."""
+        with self.timer.phase("log"):
+            p, s = self.progress, self.slots
+            episodes = self.segment.arrays["episodes"]
+            for i in range(len(self.episodes_read)):
+                count = int(s[i, SLOT["episodes"]])
+                new = count - self.episodes_read[i]
+                if new > 0:
+                    kept = min(new, EPISODE_RING)
+                    self.episodes_lost += new - kept
+                    rows = episodes[i, np.arange(count - kept, count) % EPISODE_RING]
+                    p.add_episodes(rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64), rows[:, 2])
+                    self.episodes_seen += kept
+                    self.episodes_read[i] = count
+            p.episodes = int(s[:, SLOT["episodes"]].sum())
+            p.env_steps = int(s[:, SLOT["env_steps"]].sum())
+            p.vector_steps = int(s[:, SLOT["vector_steps"]].sum())
+            p.updates = self.agent.updates
+            p.epsilon = epsilon_at(self.cfg, p.env_steps)
+            finite = True
+            if self.loss_count:
+                p.last_loss = float(self.loss_sum) / self.loss_count
+                self.loss_sum.zero_()
+                self.loss_count = 0
+                finite = math.isfinite(p.last_loss)
+            wall = time.perf_counter() - self.t_start
+            rate = p.env_steps / wall if wall > 0 else 0.0
+            self.metrics.write(dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes,
+                                    updates=p.updates, wall_s=round(wall, 4), mean_score_100=p.mean_score,
+                                    mean_return_100=p.mean_return, best_score=p.best_score, epsilon=p.epsilon,
+                                    loss=p.last_loss, env_steps_per_s=rate))
+            if self.board.enabled:
+                m = self._async_metrics(time.perf_counter())
+                done = p.episodes if self.unit == "episodes" else p.env_steps
+                self.board.update(done, {"episodes": p.episodes, "env_steps_per_s": rate,
+                                         "updates_per_s": p.updates / wall if wall else 0.0, "mean_score": p.mean_score,
+                                         "epsilon": p.epsilon, "loss": p.last_loss}, extra=_metrics_line(m))
+        return finite
+
+    def _async_metrics(self, t_end: float) -> dict[str, Any]:
+        """Seed 004's table: experience rate, updates/s, waiting, lock wait, drops, staleness, utilisation."""
+        a, s = self.cfg.async_, self.slots
+        col = lambda name: s[:, SLOT[name]]  # noqa: E731
+        env_steps, updates = int(col("env_steps").sum()), self.agent.updates
+        t0, env0, upd0, _ = self.window or (self.t_all_running or self.t_start, 0, 0, 0)
+        span = max(t_end - t0, 1e-9)
+        active = max(t_end - self.t_first_update, 1e-9) if self.t_first_update is not None else None
+        steps = max(col("vector_steps").sum(), 1)
+        tracker, rs = self.reader.tracker, self.reader.stats
+        actor_acquires = col("lock_acquires").sum()
+        return {
+            "experience_rate": (env_steps - env0) / span,
+            "learner_updates_per_s": updates / active if active else 0.0,
+            "wait_for_data_s": self.wait_s,
+            "wait_for_data_share": self.wait_s / max(t_end - (self.t_first_data or t_end), 1e-9),
+            "waits": self.waits,
+            "lock_wait_s": {"learner": rs.lock_wait_s, "actors": float(col("lock_wait_s").sum())},
+            "lock_wait_ms_per_acquire": {
+                "learner": 1e3 * rs.lock_wait_s / rs.lock_acquires if rs.lock_acquires else 0.0,
+                "actors": 1e3 * float(col("lock_wait_s").sum()) / actor_acquires if actor_acquires else 0.0},
+            "overwritten": tracker.overwritten,
+            "overwritten_unsampled": tracker.unsampled,
+            "overwritten_unsampled_share": tracker.unsampled / tracker.overwritten if tracker.overwritten else 0.0,
+            "redrawn_slots": rs.redrawn,
+            "staleness_versions": {"mean": float(col("stale_sum").sum() / steps), "max": float(col("stale_max").max())},
+            "staleness_updates": {"mean": float(col("behind_sum").sum() / steps), "max": float(col("behind_max").max())},
+            "learner_utilisation": self.busy_s / active if active else 0.0,
+            "publishes": self.publishes, "publish_s": self.publish_s,
+            "weight_syncs": int(col("syncs").sum()), "torn_weight_reads": int(col("torn_reads").sum()),
+            "weight_check_s": float(col("check_s").sum()),
+            "weight_check_diff": ({"before": float(col("diff_before").mean()), "after": float(col("diff_after").mean())}
+                                  if a.weight_check == "on" else None),
+            "updates_per_s_window": (updates - upd0) / span,
+        }
+
+    def _phases(self) -> dict[str, dict[str, Any]]:
+        """Actors' select/step/push (+ sync), summed over actors; the learner's train/log (+ wait).
+
+        ``share`` is of all phase time of all processes (so the shares add up to 1, as in a sync run);
+        ``role_share`` is of the actors' or the learner's own total. Actors' p50/p95 are call-weighted
+        means of each actor's percentiles (over its last 4096 steps)."""
+        s = self.slots
+        calls = s[:, SLOT["measured_steps"]]
+        actor: dict[str, dict[str, Any]] = {}
+        for p in ACTOR_PHASES:
+            total, n = float(s[:, SLOT[f"{p}_s"]].sum()), int(calls.sum())
+            w = calls / calls.sum() if calls.sum() else np.zeros_like(calls)
+            actor[p] = {"total_s": total, "calls": n, "mean_ms": 1e3 * total / n if n else 0.0,
+                        "p50_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p50"]]).sum()),
+                        "p95_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p95"]]).sum()), "role": "actors"}
+        stats = self.timer.stats()
+        learner = {name: {**stats[name].as_dict(), "role": "learner"} for name in ("train", "log") if name in stats}
+        learner["wait"] = {"total_s": self.wait_s, "calls": self.waits,
+                           "mean_ms": 1e3 * self.wait_s / self.waits if self.waits else 0.0,
+                           "p50_ms": None, "p95_ms": None, "role": "learner"}
+        grand = sum(v["total_s"] for group in (actor, learner) for v in group.values())
+        for group in (actor, learner):
+            role_total = sum(v["total_s"] for v in group.values())
+            for v in group.values():
+                v["share"] = v["total_s"] / grand if grand > 0 else 0.0
+                v["role_share"] = v["total_s"] / role_total if role_total > 0 else 0.0
+        order = ("select", "step", "push", "train", "log", "sync", "wait")
+        merged = {**actor, **learner}
+        return {name: merged[name] for name in order}
+
+    def _finish(self, runner: Any, status: str, error: str | None) -> Any:
+        from rlperf.config import config_to_dict
+        from rlperf.records import RECORD_NAME, SCHEMA, peak_cuda_mb, peak_rss_mb, save_torch_atomic, system_info, \
+            write_json_atomic
+
+        t_end = time.perf_counter()
+        self._stop_actors()
+        self._log_quietly()
+        self.metrics.close()
+        cfg, a, p = self.cfg, self.cfg.async_, self.progress
+        m = self._async_metrics(t_end)
+        t0, env0, upd0, ep0 = self.window or (self.t_all_running or self.t_start, 0, 0, 0)
+        span = max(t_end - t0, 1e-9)
+        episode_rate = (p.episodes - ep0) / span
+        timing = self.timer.to_dict()
+        files = {"record": RECORD_NAME, "metrics": runner.METRICS_NAME, "config": runner.CONFIG_NAME}
+        checkpoint = None
+        if cfg.train.checkpoint and status in ("completed", "interrupted"):
+            save_torch_atomic(self.run_dir / runner.CHECKPOINT_NAME, {
+                "schema": SCHEMA, "mode": "async", "config": config_to_dict(cfg), "agent": self.agent.state_dict(),
+                "progress": p.state_dict()})
+            checkpoint = {"file": runner.CHECKPOINT_NAME, "env_steps": p.env_steps, "vector_steps": p.vector_steps}
+            files["checkpoint"] = runner.CHECKPOINT_NAME
+        s = self.slots
+        replay_bytes = self.rings * self.ring_capacity * (2 * 4 * int(np.prod(self.obs_shape)) + 8 + 4 + 4)
+        record = {
+            "schema": SCHEMA, "kind": self.kind, "name": self.run_dir.name, "run_dir": str(self.run_dir),
+            "status": status, "command": self.command, "started_at": self.started_at, "resumed": [],
+            "config": config_to_dict(cfg), "system": system_info(self.device),
+            "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": t0 - self.t_start,
+                       "measured_steps": timing["measured_steps"], "measured_wall_s": span},
+            "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
+                       "updates": self.agent.updates, "wall_s": t_end - self.t_start, "warmup_s": t0 - self.t_start},
+            "throughput": {
+                "env_steps_per_s": m["experience_rate"], "updates_per_s": m["updates_per_s_window"],
+                "episodes_per_s": episode_rate, "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
+                "replay_ratio": self.agent.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
+            },
+            "phases": self._phases(),
+            "learning": {
+                "mean_score_last_100": _finite(p.mean_score), "mean_return_last_100": _finite(p.mean_return),
+                "best_score": p.best_score,
+                "mean_episode_length": p.episode_steps / self.episodes_seen if self.episodes_seen else None,
+                "final_epsilon": p.epsilon, "last_loss": _finite(p.last_loss)},
+            "memory": {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": peak_cuda_mb(self.device),
+                       "replay_mb": replay_bytes / 2**20, "shared_mb": self.layout.nbytes / 2**20,
+                       "actors_peak_rss_mb": float(s[:, SLOT["peak_rss_mb"]].sum())},
+            "checkpoint": checkpoint,
+            "files": files,
+            "async": {
+                "actors": a.actors, "envs_per_actor": a.envs_per_actor, "boards": a.actors * a.envs_per_actor,
+                "learner_threads": self.learner_threads, "buffer": a.buffer, "wait": a.wait, "weight_check": a.weight_check, "publish": a.publish,
+                "publish_every": a.publish_every, "restart_actors": a.restart_actors,
+                **{k: v for k, v in m.items() if k != "updates_per_s_window"},
+                "startup_s": (self.t_all_running - self.t_start) if self.t_all_running else None,
+                "restarts": sum(self.restarts), "restart_events": self.restart_events, "failure": self.failure,
+                "episodes_not_read": self.episodes_lost, "stale_segments_removed": self.stale_removed,
+                "replay": {"rings": self.rings, "ring_capacity": self.ring_capacity, "segment": self.segment.name,
+                           "storage": "host shared memory, copied to the learner's device per sample"},
+                "per_actor": [{"index": i, "pids": self.pids[i], "exit_code": self.exit_codes[i],
+                               "restarts": self.restarts[i], "env_steps": int(s[i, SLOT["env_steps"]]),
+                               "episodes": int(s[i, SLOT["episodes"]]), "lock_wait_s": float(s[i, SLOT["lock_wait_s"]])}
+                              for i in range(a.actors)],
+            },
+        }
+        if error:
+            record["error"] = error
+        write_json_atomic(self.run_dir / RECORD_NAME, record)
+        if self.board.enabled:
+            self.board.console.print(async_table(record["async"]))
+        code = runner.EXIT_CODES[status]
+        if status == "interrupted" and self.stop.signum == signal.SIGTERM:
+            code = 143
+        return runner.RunResult(self.run_dir, record, code)
+
+    def _log_quietly(self) -> None:
+        enabled, self.board.enabled = self.board.enabled, False
+        try:
+            self._log()
+        finally:
+            self.board.enabled = enabled
+
+
+def _finite(x: float) -> float | None:
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _metrics_line(m: dict[str, Any]) -> str:
+    return (f"async: exp/s {m['experience_rate']:,.0f}  learner upd/s {m['learner_updates_per_s']:,.1f}  "
+            f"wait {m['wait_for_data_share'] * 100:.0f}%  lock wait {sum(m['lock_wait_s'].values()):.2f}s  "
+            f"dropped {m['overwritten_unsampled']:,}  stale {m['staleness_updates']['mean']:.1f} upd  "
+            f"util {m['learner_utilisation'] * 100:.0f}%")
+
+
+def async_table(m: dict[str, Any]) -> Any:
+    """Seed 004's metrics table, from a record's ``async`` section."""
+    from rich.table import Table
+
+    table = Table(title=f"async: {m['actors']} actor(s) x {m['envs_per_actor']} boards", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("experience rate", f"{m['experience_rate']:,.0f} transitions/s"),
+        ("learner updates/s", f"{m['learner_updates_per_s']:,.1f}"),
+        ("learner utilisation", f"{m['learner_utilisation'] * 100:.0f}%"),
+        ("waiting for data", f"{m['wait_for_data_s']:.2f} s ({m['wait_for_data_share'] * 100:.0f}%)"),
+        ("lock wait (learner / actors)", f"{m['lock_wait_s']['learner']:.3f} s / {m['lock_wait_s']['actors']:.3f} s"),
+        ("overwritten unsampled", f"{m['overwritten_unsampled']:,} of {m['overwritten']:,}"),
+        ("staleness (versions / updates)", f"{m['staleness_versions']['mean']:.2f} / {m['staleness_updates']['mean']:.1f}"
+                                           f" (max {m['staleness_updates']['max']:.0f})"),
+        ("weight syncs / publishes", f"{m['weight_syncs']:,} / {m['publishes']:,}"),
+        ("actor restarts", f"{m['restarts']}"),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+class _AsyncBoard:
+    """The training dashboard plus one line of async metrics under it."""
+
+    def __init__(self, total: int, unit: str, enabled: bool) -> None:
+        from rlperf.dashboard import Dashboard
+
+        self._board = Dashboard(total, unit, enabled=enabled)
+        self.enabled, self.console = self._board.enabled, self._board.console
+
+    def __enter__(self) -> _AsyncBoard:
+        self._board.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._board.__exit__(*exc)
+
+    def update(self, done: int, snapshot: dict[str, Any], extra: str) -> None:
+        board = self._board
+        before = getattr(board, "_last", None)
+        board.update(done, snapshot)
+        if getattr(board, "_last", None) == before:
+            return  # throttled
+        if board.live_mode and hasattr(board, "_stats"):
+            board._stats.plain = board._stats.plain + "\n" + extra
+        else:
+            board.console.print("  " + extra, highlight=False, soft_wrap=True)
+
+
+# -- process plumbing -----------------------------------------------------------------------------
+
+
+def spawn_context() -> Any:
+    return mp.get_context("spawn")
+
+
+def start_actor(ctx: Any, plan: Plan, index: int, incarnation: int) -> Any:
+    """Start one actor with SIGINT blocked meanwhile: the child inherits the mask, so a Ctrl-C that
+    arrives while it boots cannot reach it, and the learner gets its own copy once unblocked."""
+    proc = ctx.Process(target=actor_main, args=(plan, index, incarnation), name=f"rlperf-actor-{index}", daemon=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return proc
+
+
+def describe_exit(index: int, pid: int, code: int | None, error: str) -> str:
+    """``actor 1 (pid 4242) was killed by SIGKILL (exit code -9)``, with the actor's own error if any."""
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            how = f"was killed by signal {-code} (exit code {code})"
+    else:
+        how = f"exited with code {code}"
+    return f"actor {index} (pid {pid}) {how}" + (f": {error}" if error else "")
+
+
+def register_cleanup(procs: list[Any], segment: Segment) -> Any:
+    """atexit safety net (an exception path that skipped the finally): kill live actors, unlink the segment."""
+    def cleanup() -> None:
+        for proc in procs:
+            if proc is not None and proc.is_alive():
+                proc.kill()
+                proc.join(1)
+        segment.unlink()
+
+    atexit.register(cleanup)
+    return cleanup
+
+
+def async_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
+              quiet: bool = False, dashboard: bool = True, kind: str = "train") -> Any:
+    """Run ``cfg`` in actor/learner mode and write a run directory; returns a :class:`rlperf.runner.RunResult`."""
+    return Learner(cfg).run(out, name, command, quiet, dashboard, kind)

@@ -1,0 +1,110 @@
+"""``rlperf sweep``: a grid over config keys, each trial a normal run (library: :mod:`rlperf.sweep`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlperf.cli import (ConfigOpt, DeviceOpt, EpisodesOpt, JsonOpt, NameOpt, OutOpt, QuietOpt, SeedOpt, SetOpt,
+                        StepsOpt, app, build_config)
+
+
+@app.command()
+def sweep(
+    train_ratio: Annotated[Optional[str], typer.Option("--train-ratio", help="Values of train.train_ratio to sweep: 1,4,16,64.")] = None,
+    envs: Annotated[Optional[str], typer.Option("--envs", help="Values of env.num_envs to sweep: 32,64,256.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Sweep any key: --param buffer.push=loop,batch (repeatable).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Runs per grid point (repeat k uses seed + k); median and spread over them.")] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="local (one trial at a time) or ray (Ray Tune trials).")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster to connect to (default: start a local one).")] = None,
+    trial_cpus: Annotated[float, typer.Option("--trial-cpus", help="CPUs per Ray trial.")] = 1.0,
+    trial_gpus: Annotated[float, typer.Option("--trial-gpus", help="GPUs per Ray trial.")] = 0.0,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    episodes: EpisodesOpt = None,
+    steps: StepsOpt = None,
+    device: DeviceOpt = None,
+    seed: SeedOpt = None,
+    out: OutOpt = Path("runs"),
+    name: NameOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run a grid of trials over any config keys; prints a table, writes sweep.csv/json/png."""
+    from rlperf.sweep import Axis, parse_param, run_sweep, split_values
+
+    cfg = build_config(config, set_, None, episodes, steps, None, device, seed)
+    axes = []
+    if train_ratio is not None:
+        axes.append(Axis("train.train_ratio", tuple(split_values(train_ratio))))
+    if envs is not None:
+        axes.append(Axis("env.num_envs", tuple(split_values(envs))))
+    axes += [parse_param(p) for p in param or []]
+
+    total = math.prod(len(a.values) for a in axes) * max(repeats, 0)
+    progress = None if quiet or json_ else _TrialProgress(total)
+    with progress or contextlib.nullcontext():
+        result = run_sweep(cfg, axes, repeats=repeats, out=out, name=name, backend=backend, address=address,
+                           trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
+                           on_trial=progress.on_trial if progress else None)
+    data = result.data()
+    if json_:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        from rlperf.compare import print_table
+        from rlperf.sweep import sweep_table
+
+        print_table(sweep_table(data))
+    failed = len(result.failed)
+    line = f"sweep: {len(result.trials)} trials"
+    if failed:
+        line += f", {failed} failed"
+    if result.interrupted:
+        line += ", interrupted"
+    if not quiet or failed or result.interrupted:
+        print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json, sweep.png)", file=sys.stderr)
+    raise typer.Exit(130 if result.interrupted else 1 if failed else 0)
+
+
+class _TrialProgress:
+    """A rich progress bar of trials on stderr, with a line per finished trial."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=Console(stderr=True))
+        self.task = self.bar.add_task("", total=total)
+        self.started = False
+
+    def __enter__(self) -> "_TrialProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.bar.__exit__(*exc)
+
+    def _start(self) -> None:
+        # Shown from the first trial on, so that input refused up front prints only its error line.
+        if not self.started:
+            self.started = True
+            self.bar.__enter__()
+
+    def on_trial(self, event: str, trial) -> None:
+        self._start()
+        what = " ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.params.items()) + f" repeat {trial.repeat}"
+        if event == "start":
+            self.bar.update(self.task, description=f"{trial.name}: {what}")
+            return
+        self.bar.advance(self.task)
+        status = trial.status if not trial.error else f"{trial.status}: {trial.error}"
+        rate = (trial.record or {}).get("throughput", {}).get("env_steps_per_s")
+        figures = f" {rate:,.0f} env steps/s" if rate else ""
+        self.bar.console.print(f"{trial.name} {what}: {status}{figures}", highlight=False, markup=False)

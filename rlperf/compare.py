@@ -1,0 +1,555 @@
+"""Side-by-side comparison of runs: records in, a comparison (plain data) out, a table from that.
+
+Modelled on ``torch.utils.benchmark.Compare``: a column keeps its raw samples (one per record) and
+its metadata; the comparison is data (``--json`` prints it), and the table is rendered from it.
+With repeats a cell shows the median ± half the min–max range; a ratio whose two columns' ranges
+overlap is *inside the noise* and is marked so (only with ≥ 3 samples a side, below that a range
+says little). Units are picked per row, digits are trimmed to the spread, the best cell is bold.
+
+Arguments of ``rlperf compare`` become :class:`Source` objects (:func:`load_sources`): a run
+directory or ``run.json`` (a record), or a config to run now (:func:`run_sources`), optionally
+with ``--vs key=value`` variants of one config. Nothing here knows about Typer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import statistics
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.table import Table
+from rich.text import Text
+
+from rlperf.config import Config, apply_overrides
+from rlperf.errors import RlperfError
+from rlperf.records import RECORD_NAME, make_run_dir, read_record
+from rlperf.timers import PHASES
+
+SCHEMA = 1
+NOISE_MIN_SAMPLES = 3
+SPREAD_RULE = "median ± half the min–max range"
+MISSING = "–"
+
+
+def _device(system: Mapping[str, Any]) -> str:
+    name = system.get("device_name")
+    return f"{system.get('device')} ({name})" if name else str(system.get("device"))
+
+
+# What records must agree on for their timings to be comparable: (what, how to read it from "system").
+COMPARABLE: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
+    ("device", _device),
+    ("rlperf version", lambda system: str(system.get("rlperf"))),
+    ("torch version", lambda system: str(system.get("torch"))),
+    ("thread count", lambda system: str(system.get("torch_threads"))),
+)
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A column's samples of one metric: median and spread (half the min–max range)."""
+
+    samples: tuple[float, ...]
+    median: float
+    spread: float
+    lo: float
+    hi: float
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "spread": self.spread, "min": self.lo, "max": self.hi, "n": self.n,
+                "samples": list(self.samples)}
+
+
+def summarize(samples: Sequence[float | None]) -> Summary | None:
+    """Median and spread of the numeric samples; None when there are none."""
+    xs = tuple(float(x) for x in samples if _is_number(x))
+    if not xs:
+        return None
+    lo, hi = min(xs), max(xs)
+    return Summary(xs, statistics.median(xs), (hi - lo) / 2, lo, hi)
+
+
+def overlaps(a: Summary, b: Summary) -> bool:
+    """Whether two columns' min–max ranges overlap: their difference is inside the noise."""
+    return a.lo <= b.hi and b.lo <= a.hi
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# -- units and digits ---------------------------------------------------------------------------
+
+_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
+    # (scale, unit), largest first; a row takes the largest unit its smallest value reaches.
+    "rate": ((1e9, "G/s"), (1e6, "M/s"), (1e3, "k/s"), (1.0, "/s")),
+    "seconds": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")),
+    "memory": ((1024.0, "GiB"), (1.0, "MiB")),
+    "score": ((1.0, ""),),
+    "share": ((0.01, "%"),),
+}
+
+
+def pick_unit(kind: str, values: Sequence[float]) -> tuple[float, str]:
+    """The (scale, unit) for a row of ``kind``: the largest unit in which the smallest magnitude is
+    still ≥ 1 (for times, the next one up when the largest would need five digits)."""
+    units = _UNITS[kind]
+    magnitudes = [abs(v) for v in values if _is_number(v) and v != 0]
+    if not magnitudes:
+        return units[-1] if kind != "seconds" else units[0]
+    smallest, largest = min(magnitudes), max(magnitudes)
+    for i, (scale, unit) in enumerate(units):
+        if smallest >= scale:
+            # Times go one unit up when the largest would need five digits (42,000 µs → 42 ms beside
+            # 0.9 ms); rates read fine as 13,800 /s beside 700 /s.
+            if kind == "seconds" and i > 0 and largest / scale >= 10_000:
+                return units[i - 1]
+            return scale, unit
+    return units[-1]
+
+
+def format_number(value: float, spread: float | None = None, scale: float = 1.0, signed: bool = False,
+                  compact: bool = False, show_spread: bool = True) -> str:
+    """``value`` (and ``± spread``) in ``scale`` units, with digits trimmed to what the spread supports.
+
+    With a spread the last digit shown is the spread's first significant digit
+    (12345 ± 234 → "12,300 ± 200") but never less than the value's own first digit (3 ± 14 → "3");
+    without one, three significant digits. Never exponent form.
+    ``compact`` drops the spaces around ±; ``show_spread=False`` shows only the trimmed value.
+    """
+    v = value / scale
+    sign = "+" if signed and v > 0 else ""
+    if spread is not None and spread > 0:
+        s = spread / scale
+        decimals = _decimals(s, 1) if v == 0 else max(_decimals(s, 1), _decimals(v, 1))
+        s_shown = round(s, decimals)
+        text = sign + _fixed(round(v, decimals), decimals)
+        if not show_spread:
+            return text
+        pm = "±" if compact else " ± "
+        return f"{text}{pm}{_fixed(s_shown, decimals)}"
+    if v == 0:
+        return "0"
+    decimals = _decimals(v, 3)
+    return sign + _fixed(round(v, decimals), decimals)
+
+
+def _decimals(x: float, significant: int) -> int:
+    """Decimal places that show ``x`` to ``significant`` digits (negative: round left of the point)."""
+    decimals = significant - 1 - math.floor(math.log10(abs(x)))
+    if abs(round(x, decimals)) >= 10 ** (significant - decimals):  # 0.0996 rounds up to 0.100
+        decimals -= 1
+    return decimals
+
+
+def _fixed(x: float, decimals: int) -> str:
+    text = f"{x:,.{max(decimals, 0)}f}"
+    return "0" if text in ("-0", "-0.0") or re.fullmatch(r"-0\.0+", text) else text
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row: where the value sits in a record, its kind (units) and which way is better."""
+
+    key: str
+    label: str
+    path: tuple[str, ...]
+    kind: str  # rate | seconds | memory | score
+    better: str  # higher | lower
+    ratio: str  # speedup | delta | change
+
+    def value(self, record: Mapping[str, Any]) -> float | None:
+        node: Any = record
+        for part in self.path:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(part)
+        return float(node) if _is_number(node) else None
+
+
+def phase_metric(name: str) -> Metric:
+    return Metric(f"phase.{name}", name, ("phases", name, "total_s"), "seconds", "lower", "speedup")
+
+
+THROUGHPUT = (
+    Metric("env_steps_per_s", "env steps/s", ("throughput", "env_steps_per_s"), "rate", "higher", "speedup"),
+    Metric("updates_per_s", "updates/s", ("throughput", "updates_per_s"), "rate", "higher", "speedup"),
+    Metric("s_per_1000_episodes", "s / 1000 episodes", ("throughput", "s_per_1000_episodes"), "seconds", "lower", "speedup"),
+)
+SCORE = Metric("mean_score", "mean score (last 100)", ("learning", "mean_score_last_100"), "score", "higher", "delta")
+MEMORY = (
+    Metric("peak_rss_mb", "peak RSS", ("memory", "peak_rss_mb"), "memory", "lower", "change"),
+    Metric("peak_cuda_mb", "peak CUDA memory", ("memory", "peak_cuda_mb"), "memory", "lower", "change"),
+)
+
+
+def metrics_for(records: Sequence[Mapping[str, Any]]) -> list[Metric]:
+    """The rows for these records: phases in loop order, throughput, score, memory (rows with data)."""
+    phase_names: list[str] = []
+    for r in records:
+        for name in r.get("phases") or {}:
+            if name not in phase_names:
+                phase_names.append(name)
+    ordered = [p for p in PHASES if p in phase_names] + [p for p in phase_names if p not in PHASES]
+    rows = [phase_metric(p) for p in ordered] + list(THROUGHPUT) + [SCORE] + list(MEMORY)
+    return [m for m in rows if any(m.value(r) is not None for r in records)]
+
+
+# -- the comparison -----------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One column: a label, where it came from, and its records (one per repeat)."""
+
+    label: str
+    source: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def compare(sides: Sequence[Side]) -> dict[str, Any]:
+    """The comparison of ``sides`` (first is the baseline) as plain data; see the module docstring."""
+    if len(sides) < 2:
+        raise RlperfError("compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value")
+    for side in sides:
+        if not side.records:
+            raise RlperfError(f"{side.label} has no run record")
+    all_records = [r for s in sides for r in s.records]
+    rows = []
+    for metric in metrics_for(all_records):
+        cells = [summarize([metric.value(r) for r in s.records]) for s in sides]
+        rows.append({
+            "metric": metric.key, "label": metric.label, "group": metric.path[0], "kind": metric.kind,
+            "better": metric.better,
+            "cells": [c.as_dict() if c else None for c in cells],
+            "shares": _shares(metric, sides),
+            "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:])],
+            "best": _best(metric, cells),
+        })
+    return {
+        "schema": SCHEMA,
+        "kind": "compare",
+        "spread": SPREAD_RULE,
+        "noise_rule": f"a difference is inside the noise when the two min–max ranges overlap (≥ {NOISE_MIN_SAMPLES} samples a side)",
+        "baseline": sides[0].label,
+        "runs": [{"label": s.label, "source": s.source, "n": len(s.records),
+                  "run_dirs": [r.get("run_dir") for r in s.records],
+                  "statuses": [r.get("status") for r in s.records],
+                  "system": (s.records[0].get("system") or {})} for s in sides],
+        "rows": rows,
+        "warnings": comparability_warnings(sides),
+    }
+
+
+def _shares(metric: Metric, sides: Sequence[Side]) -> list[float | None] | None:
+    if not metric.key.startswith("phase."):
+        return None
+    name = metric.path[1]
+    out = []
+    for s in sides:
+        summary = summarize([((r.get("phases") or {}).get(name) or {}).get("share") for r in s.records])
+        out.append(summary.median if summary else None)
+    return out
+
+
+def _ratio(metric: Metric, base: Summary | None, other: Summary | None, label: str) -> dict[str, Any]:
+    """How ``other`` stands against ``base``: a speed-up (> 1 is faster), a score difference or a
+    memory change; ``spread`` carries the two columns' spreads through (to first order) so that
+    the ratio's digits can be trimmed like the cells'."""
+    noise = None
+    if base is not None and other is not None and min(base.n, other.n) >= NOISE_MIN_SAMPLES:
+        noise = overlaps(base, other)
+    value = spread = None
+    if base is not None and other is not None:
+        b, o = base.median, other.median
+        relative = (base.spread / abs(b) if b else 0.0) + (other.spread / abs(o) if o else 0.0)
+        if metric.ratio == "delta":
+            value, spread = o - b, base.spread + other.spread
+        elif metric.ratio == "change":
+            value = (o - b) / b if b else None
+            spread = abs(o / b) * relative if b else None
+        else:
+            value = (o / b if b else None) if metric.better == "higher" else (b / o if o else None)
+            spread = value * relative if value is not None else None
+    return {"vs": label, "kind": metric.ratio, "value": value, "spread": spread or None, "inside_noise": noise}
+
+
+def _best(metric: Metric, cells: Sequence[Summary | None]) -> int | None:
+    present = [(c.median, i) for i, c in enumerate(cells) if c is not None]
+    if len(present) < 2 or len({m for m, _ in present}) == 1:
+        return None
+    pick = max if metric.better == "higher" else min
+    return pick(present)[1]
+
+
+def comparability_warnings(sides: Sequence[Side]) -> list[str]:
+    """One line per way the records differ that makes their timings not strictly comparable."""
+    warnings = []
+    for what, read in COMPARABLE:
+        seen: dict[str, list[str]] = {}
+        for s in sides:
+            for r in s.records:
+                labels = seen.setdefault(read(r.get("system") or {}), [])
+                if s.label not in labels:
+                    labels.append(s.label)
+        if len(seen) > 1:
+            parts = "; ".join(f"{value} in {', '.join(labels)}" for value, labels in seen.items())
+            warnings.append(f"records differ in {what}: {parts} — compared anyway")
+    for s in sides:
+        bad = [r.get("status") for r in s.records if r.get("status") != "completed"]
+        if bad:
+            warnings.append(f"{s.label}: {len(bad)} of {len(s.records)} runs not completed ({', '.join(map(str, bad))})")
+    return warnings
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") -> Table:
+    """The comparison as a rich table: metric, unit, one column per run, one ratio column per non-baseline run."""
+    runs = comparison["runs"]
+    base = comparison["baseline"]
+    ns = sorted({r["n"] for r in runs})
+    caption = [f"{SPREAD_RULE} over {'/'.join(map(str, ns))} runs" if max(ns) > 1 else "one run per column",
+               f"× = speed-up over {base} (> 1 is faster); score as a difference; memory as a change"]
+    if max(ns) >= NOISE_MIN_SAMPLES:
+        caption.append("(noise) = the two ranges overlap")
+    table = Table(title=title, caption="; ".join(caption))
+    table.add_column("metric")
+    table.add_column("unit")
+    for r in runs:
+        table.add_column(r["label"], justify="right")
+    for r in runs[1:]:
+        table.add_column(f"{r['label']} vs {base}", justify="right")
+    previous_group = None
+    for row in comparison["rows"]:
+        group = row["group"]
+        if previous_group is not None and group != previous_group:
+            table.add_section()
+        previous_group = group
+        table.add_row(*_render_row(row))
+    return table
+
+
+def print_table(table: Table) -> None:
+    """Print to stdout; on a pipe or a file, at the table's natural width instead of truncating to 80."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        natural = console.measure(table, options=console.options.update_width(1000)).maximum
+        console.width = max(console.width, natural)
+    console.print(table)
+
+
+def _render_row(row: Mapping[str, Any]) -> list[Text | str]:
+    cells = row["cells"]
+    scale, unit = pick_unit(row["kind"], [c["median"] for c in cells if c])
+    out: list[Text | str] = [row["label"], unit]
+    for i, c in enumerate(cells):
+        if c is None:
+            out.append(MISSING)
+            continue
+        text = format_number(c["median"], c["spread"] if c["n"] > 1 else None, scale)
+        if row.get("shares") and row["shares"][i] is not None:
+            text += f" ({100 * row['shares'][i]:.0f}%)"
+        out.append(Text(text, style="bold green" if row["best"] == i else ""))
+    for ratio in row["ratios"]:
+        out.append(_render_ratio(ratio, row, scale))
+    return out
+
+
+def _render_ratio(ratio: Mapping[str, Any], row: Mapping[str, Any], scale: float) -> Text | str:
+    value, spread = ratio["value"], ratio.get("spread")
+    if value is None:
+        return MISSING
+    if ratio["kind"] == "speedup":
+        text = f"{format_number(value, spread, show_spread=False)}×"
+    elif ratio["kind"] == "delta":
+        text = format_number(value, spread, scale, signed=True, show_spread=False)
+    else:
+        text = (format_number(100 * value, 100 * spread, signed=True, show_spread=False) if spread
+                else f"{100 * value:+.0f}") + "%"
+    if ratio["inside_noise"]:
+        return Text(f"{text} (noise)", style="dim")
+    return text
+
+
+# -- sources: records and configs to run --------------------------------------------------------
+
+
+@dataclass
+class Source:
+    """One ``rlperf compare`` argument: a record already on disk, or a config to run now."""
+
+    label: str
+    origin: str
+    record: dict[str, Any] | None = None
+    config: Config | None = None
+
+
+def variant(cfg: Config, overrides: Sequence[str]) -> Config:
+    """``cfg`` with ``key=value`` overrides; setting one stop condition clears the other (as the flags do)."""
+    items = list(overrides)
+    keys = {item.split("=", 1)[0].strip() for item in items}
+    if "train.episodes" in keys and "train.steps" not in keys:
+        items.append("train.steps=0")
+    elif "train.steps" in keys and "train.episodes" not in keys:
+        items.append("train.episodes=0")
+    return apply_overrides(cfg, items)
+
+
+def is_config_argument(arg: str) -> bool:
+    """A ``.toml`` path, or the bare name of a packaged config that is not also a path here."""
+    from rlperf.config import packaged_configs
+
+    path = Path(arg)
+    if path.suffix == ".toml":
+        return True
+    return not path.exists() and arg in packaged_configs()
+
+
+def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[str], Config]) -> list[Source]:
+    """Turn command arguments into sources. ``make_config(path)`` applies the shared run options.
+
+    Raises RlperfError (one line) for a path that does not exist, a directory without a record,
+    ``--vs`` without exactly one config argument, or fewer than two columns.
+    """
+    if vs and (len(args) != 1 or not is_config_argument(args[0])):
+        raise RlperfError("--vs needs exactly one config argument", hint="e.g. rlperf compare configs/fast.toml --vs buffer.push=loop")
+    sources: list[Source] = []
+    for arg in args:
+        path = Path(arg)
+        if is_config_argument(arg):
+            sources.append(Source(_unique(path.stem, sources), arg, config=make_config(arg)))
+        elif not path.exists():
+            raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
+        elif path.is_dir() and not (path / RECORD_NAME).is_file():
+            raise RlperfError(f"{arg} is not a run directory (no {RECORD_NAME})", hint="pass a directory written by rlperf train, or a .toml config")
+        else:
+            record = read_record(path)
+            label = str(record.get("name") or (path.name if path.is_dir() else path.parent.name))
+            sources.append(Source(_unique(label, sources), arg, record=record))
+    for item in vs:
+        if "=" not in item:
+            raise RlperfError(f"--vs {item!r} has no '='", hint="write --vs section.key=value, e.g. --vs train.train_ratio=4")
+        base = sources[0]
+        assert base.config is not None
+        cfg = variant(base.config, [item])
+        sources.append(Source(_unique(item.strip(), sources), f"{base.origin} --vs {item.strip()}", config=cfg))
+    if len(sources) < 2:
+        raise RlperfError("compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value")
+    # Run directories are named NAME-YYYYmmdd-HHMMSS: show NAME where that alone tells them apart.
+    short = [_RUN_STAMP.sub("", s.label) if s.record is not None else s.label for s in sources]
+    if len(set(short)) == len(short):
+        for s, label in zip(sources, short):
+            s.label = label
+    return sources
+
+
+_RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
+
+
+def _unique(label: str, sources: Sequence[Source]) -> str:
+    taken = {s.label for s in sources}
+    if label not in taken:
+        return label
+    k = 2
+    while f"{label}#{k}" in taken:
+        k += 1
+    return f"{label}#{k}"
+
+
+def check_sources(sources: Sequence[Source]) -> None:
+    """Refuse, before anything runs, a config whose knobs cannot apply on its device."""
+    from rlperf.device import resolve_device
+    from rlperf.dqn import check_knobs
+
+    for s in sources:
+        if s.config is not None:
+            check_knobs(s.config, resolve_device(s.config.run.device))
+
+
+def run_sources(
+    sources: Sequence[Source],
+    repeats: int,
+    out: str | Path = "runs",
+    name: str | None = None,
+    command: list[str] | None = None,
+    on_run: Callable[[str, int, str], None] | None = None,
+) -> tuple[list[Side], bool]:
+    """Run the config sources ``repeats`` times each and gather every source's records into a side.
+
+    Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
+    repeat k uses ``run.seed + k``. Runs go under one ``compare-*`` directory in ``out``.
+    ``on_run(label, repeat, event)`` is told "start" and "done". Returns (sides, interrupted):
+    after Ctrl-C the sides hold the runs that finished.
+    """
+    from rlperf.runner import train_run
+
+    if repeats < 1:
+        raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
+    sides = [Side(s.label, s.origin, [s.record] if s.record is not None else []) for s in sources]
+    to_run = [(i, s) for i, s in enumerate(sources) if s.config is not None]
+    if not to_run:
+        return sides, False
+    check_sources(sources)
+    folder = make_run_dir(out, name, prefix="compare")
+    interrupted = False
+    try:
+        for k in range(repeats):
+            for i, s in to_run:
+                assert s.config is not None
+                cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k else s.config
+                if on_run:
+                    on_run(s.label, k, "start")
+                with run_isolation():
+                    result = train_run(cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
+                                       dashboard=False, kind="compare")
+                sides[i].records.append(read_record(result.run_dir))
+                if on_run:
+                    on_run(s.label, k, "done")
+                if result.record["status"] == "interrupted":
+                    return sides, True
+    except KeyboardInterrupt:
+        interrupted = True
+    return sides, interrupted
+
+
+@contextlib.contextmanager
+def run_isolation() -> Iterator[None]:
+    """Undo the process-wide settings a run may change (torch threads, OMP/MKL variables), so
+    that the next run of a sweep or comparison in this process starts from the same state.
+    (Peak RSS cannot be reset: it stays the process's peak so far.)"""
+    threads = torch.get_num_threads()
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _dir_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=,+-]+", "_", label).strip("._") or "run"

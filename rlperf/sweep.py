@@ -1,0 +1,574 @@
+"""A grid of training runs over any config keys, each trial a normal run with its own record.
+
+``run_sweep`` takes a validated base config and :class:`Axis` objects (a key and its values),
+runs the cartesian product ``repeats`` times, and writes into one sweep directory: a run directory
+per trial, ``sweep.json`` (every trial, read back from its record, and the per-point summary),
+``sweep.csv`` (one row per trial) and ``sweep.png``. Backends:
+
+- ``local``: one trial at a time in this process, so that no trial's timings are polluted by
+  another's.
+- ``ray``: trials as Ray Tune trials (a function trainable calling :func:`rlperf.runner.train_run`)
+  on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
+  cluster cannot meet is refused before anything starts.
+
+A grid point whose config fails validation, or a trial that raises, is recorded as ``failed``
+with its error and the sweep goes on. Ctrl-C stops the sweep; the finished trials' records and
+the partial summary are kept and written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import itertools
+import json
+import logging
+import os
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from rlperf.compare import MISSING, SPREAD_RULE, format_number, pick_unit, run_isolation, summarize, variant
+from rlperf.config import Config, apply_overrides, config_to_dict, flat_keys, loads_config, to_toml
+from rlperf.errors import ConfigError, RlperfError
+from rlperf.records import make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.timers import PHASES
+
+SCHEMA = 1
+BACKENDS = ("local", "ray")
+RAY_HINT = "pip install 'rlperf[ray]'"
+
+# The figures a trial contributes, by record path: (column, path, unit kind).
+TRIAL_METRICS = (
+    ("env_steps_per_s", ("throughput", "env_steps_per_s"), "rate"),
+    ("updates_per_s", ("throughput", "updates_per_s"), "rate"),
+    ("s_per_1000_episodes", ("throughput", "s_per_1000_episodes"), "seconds"),
+    ("mean_score", ("learning", "mean_score_last_100"), "score"),
+) + tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES)
+
+
+# -- the grid -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept key and its values, as written (``"4"``, ``"loop"``, ``"[64,64]"``)."""
+
+    key: str
+    values: tuple[str, ...]
+
+    @property
+    def short(self) -> str:
+        return self.key.split(".", 1)[-1]
+
+
+def split_values(text: str) -> list[str]:
+    """``"1,4,[64,64]"`` → ``["1", "4", "[64,64]"]``: commas inside brackets or quotes do not split."""
+    values, depth, quote, current = [], 0, "", []
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            values.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    values.append("".join(current).strip())
+    if any(not v for v in values):
+        raise ConfigError(f"empty value in {text!r}", hint="separate values with commas: 1,4,16")
+    return values
+
+
+def parse_param(spec: str) -> Axis:
+    """``"section.key=v1,v2"`` (one ``--param``) → an Axis."""
+    if "=" not in spec:
+        raise ConfigError(f"--param {spec!r} has no '='", hint="write --param section.key=v1,v2, e.g. --param buffer.push=loop,batch")
+    key, values = (part.strip() for part in spec.split("=", 1))
+    return Axis(key, tuple(split_values(values)))
+
+
+def check_axes(base: Config, axes: Sequence[Axis]) -> None:
+    """Refuse unknown keys (with a suggestion), repeated keys and an empty grid, before anything runs."""
+    if not axes:
+        raise ConfigError("nothing to sweep", hint="give --train-ratio 1,4,16, --envs 32,64 or --param section.key=v1,v2")
+    known = flat_keys(base)
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.key not in known:
+            apply_overrides(base, [f"{axis.key}=0"])  # raises the one-line "unknown key, did you mean"
+            raise ConfigError(f"cannot sweep {axis.key!r}")  # pragma: no cover - the line above raises
+        if axis.key in seen:
+            raise ConfigError(f"{axis.key} is swept twice", hint="give each key once, with all its values")
+        seen.add(axis.key)
+
+
+@dataclass
+class Trial:
+    """One run of one grid point; after the sweep it holds the record read back from disk."""
+
+    index: int
+    point: int
+    repeat: int
+    overrides: list[str]
+    params: dict[str, Any]
+    status: str = "pending"  # pending | completed | interrupted | diverged | failed | not run
+    seed: int | None = None
+    name: str = ""
+    run_dir: str | None = None
+    error: str | None = None
+    record: dict[str, Any] | None = field(default=None, repr=False)
+    config: Config | None = field(default=None, repr=False)
+
+    def value(self, path: Sequence[str]) -> float | None:
+        node: Any = self.record
+        for part in path:
+            if not isinstance(node, dict):
+                return None
+            node = node.get(part)
+        return node if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+    def row(self) -> dict[str, Any]:
+        """The trial as one flat row (sweep.csv, sweep.json): figures come from its record as written."""
+        row: dict[str, Any] = {"trial": self.index, "point": self.point, "repeat": self.repeat, "seed": self.seed}
+        row.update(self.params)
+        row["status"] = self.status
+        for column, path, _ in TRIAL_METRICS:
+            row[column] = self.value(path)
+        row["best_score"] = self.value(("learning", "best_score"))
+        row["wall_s"] = self.value(("totals", "wall_s"))
+        row["run_dir"] = self.run_dir
+        row["error"] = self.error
+        return row
+
+
+def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
+    """Every grid point × repeat, repeats of a point adjacent; configs validated now, one by one.
+
+    Repeat k runs with ``run.seed + k`` (unless ``run.seed`` is swept), so the score's spread is a
+    seed spread. A point whose config is invalid becomes a failed trial, not an error.
+    """
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
+    check_axes(base, axes)
+    seed_swept = any(a.key == "run.seed" for a in axes)
+    trials: list[Trial] = []
+    for point, combo in enumerate(itertools.product(*(a.values for a in axes))):
+        overrides = [f"{a.key}={v}" for a, v in zip(axes, combo)]
+        for k in range(repeats):
+            trial = Trial(len(trials), point, k, overrides, {a.key: _typed(v) for a, v in zip(axes, combo)})
+            trial.name = f"trial{trial.index:03d}"
+            try:
+                cfg = variant(base, overrides)
+                if k and not seed_swept:
+                    cfg = apply_overrides(cfg, [f"run.seed={cfg.run.seed + k}"])
+            except RlperfError as exc:
+                trial.status, trial.error = "failed", str(exc)
+            else:
+                trial.config, trial.seed = cfg, cfg.run.seed
+                flat = flat_keys(cfg)
+                trial.params = {a.key: flat[a.key] for a in axes}
+            trials.append(trial)
+    return trials
+
+
+def _typed(raw: str) -> Any:
+    """A value as the config would read it (a number, a bool, a list), else the string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    """Everything a sweep produced; ``data()`` is what sweep.json holds."""
+
+    sweep_dir: Path
+    axes: list[Axis]
+    repeats: int
+    backend: str
+    trials: list[Trial]
+    base: Config
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[Trial]:
+        return [t for t in self.trials if t.status == "failed"]
+
+    def summary(self) -> list[dict[str, Any]]:
+        return summarize_points(self.trials, self.axes)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "kind": "sweep",
+            "sweep_dir": str(self.sweep_dir),
+            "backend": self.backend,
+            "axes": {a.key: [_typed(v) for v in a.values] for a in self.axes},
+            "repeats": self.repeats,
+            "spread": SPREAD_RULE,
+            "interrupted": self.interrupted,
+            "base_config": config_to_dict(self.base),
+            "trials": [t.row() for t in self.trials],
+            "summary": self.summary(),
+        }
+
+
+TrialCallback = Callable[[str, Trial], None]
+
+
+def run_sweep(
+    base: Config,
+    axes: Sequence[Axis],
+    repeats: int = 1,
+    out: str | Path = "runs",
+    name: str | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    trial_cpus: float = 1.0,
+    trial_gpus: float = 0.0,
+    command: list[str] | None = None,
+    on_trial: TrialCallback | None = None,
+) -> SweepResult:
+    """Run the grid and write the sweep directory; ``on_trial(event, trial)`` hears "start" and "end".
+
+    Raises RlperfError (nothing written) for a bad axis, an unknown backend, a missing Ray or a
+    resource request the Ray cluster cannot meet.
+    """
+    if backend not in BACKENDS:
+        raise RlperfError(f"unknown sweep backend {backend!r}", hint="use local or ray")
+    trials = plan(base, axes, repeats)
+    notify = on_trial or (lambda event, trial: None)
+    ray_session = _RaySession(address, trial_cpus, trial_gpus) if backend == "ray" else None
+    try:
+        if ray_session is not None:
+            ray_session.check([t.config for t in trials if t.config is not None])
+        sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
+        result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base)
+        try:
+            if ray_session is not None:
+                ray_session.run(trials, sweep_dir, command, notify)
+            else:
+                _run_local(trials, sweep_dir, command, notify)
+        except KeyboardInterrupt:
+            result.interrupted = True
+        # A trial still pending was never run: the sweep was stopped (Ctrl-C, or Tune stopped early).
+        stopped = [t for t in trials if t.status in ("pending", "interrupted")]
+        for t in stopped:
+            if t.status == "pending":
+                t.status = "not run"
+        result.interrupted = result.interrupted or bool(stopped)
+        write_outputs(result)
+        return result
+    finally:
+        if ray_session is not None:
+            ray_session.close()
+
+
+def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
+    from rlperf.runner import train_run
+
+    for t in trials:
+        if t.status != "pending":  # its config was refused: already failed, reported in grid order
+            notify("end", t)
+            continue
+        assert t.config is not None
+        notify("start", t)
+        try:
+            with run_isolation():
+                run = train_run(t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False,
+                                kind="sweep")
+        except Exception as exc:  # noqa: BLE001 - a failing trial is data; the sweep goes on
+            t.status, t.error = "failed", _one_line(exc)
+            notify("end", t)
+            continue
+        _take_record(t, run.run_dir)
+        notify("end", t)
+        if t.status == "interrupted":  # Ctrl-C reached the run: stop the sweep here
+            return
+
+
+def _take_record(t: Trial, run_dir: str | Path, reported: dict[str, Any] | None = None) -> None:
+    """Read the trial's record back from its run directory (the record is the evidence)."""
+    t.run_dir = str(run_dir)
+    try:
+        t.record = read_record(run_dir)
+    except RlperfError:
+        if reported is None:
+            raise
+        t.record = reported  # a remote Ray node whose disk this machine cannot see
+    t.status = t.record.get("status", "failed")
+    t.error = t.record.get("error")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line; a Ray task error is unwrapped to the exception the trial raised."""
+    seen = {id(exc)}
+    while isinstance(getattr(exc, "cause", None), BaseException) and id(exc.cause) not in seen:  # type: ignore[attr-defined]
+        exc = exc.cause  # type: ignore[attr-defined]
+        seen.add(id(exc))
+    if isinstance(exc, RlperfError):
+        return " ".join(str(exc).split())
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+
+
+# -- Ray ----------------------------------------------------------------------------------------
+
+
+def _count(n: float, unit: str) -> str:
+    return f"{n:g} {unit}" + ("" if n == 1 else "s")
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+        from ray import tune  # noqa: F401
+    except ImportError:
+        raise RlperfError("--backend ray needs Ray Tune, which is not installed", hint=RAY_HINT) from None
+    return ray
+
+
+class _RaySession:
+    """Connects to (or starts) a Ray cluster, checks resources, runs the trials with Tune."""
+
+    def __init__(self, address: str | None, cpus: float, gpus: float) -> None:
+        if cpus <= 0 or gpus < 0:
+            raise RlperfError(f"--trial-cpus must be > 0 and --trial-gpus ≥ 0 (got {cpus}, {gpus})")
+        self.ray = _import_ray()
+        self.cpus, self.gpus = cpus, gpus
+        self.started = False
+        if not self.ray.is_initialized():
+            # Keep the driver's terminal for rlperf: workers' output stays in Ray's logs.
+            kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                                          configure_logging=True)
+            try:
+                self.ray.init(address=address, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ... all one message
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise RlperfError(f"cannot start or reach {where}: {_one_line(exc)}",
+                                  hint="check --address (ray status on the head node)") from None
+            self.started = True
+
+    def check(self, configs: Sequence[Config]) -> None:
+        """Refuse up front what the cluster cannot give one trial, with the reason."""
+        have = self.ray.cluster_resources()
+        cpus, gpus = have.get("CPU", 0.0), have.get("GPU", 0.0)
+        if self.cpus > cpus:
+            raise RlperfError(f"each trial asks for {_count(self.cpus, 'CPU')} but the Ray cluster has {cpus:g}",
+                              hint="lower --trial-cpus or add nodes")
+        if self.gpus > gpus:
+            raise RlperfError(f"each trial asks for {_count(self.gpus, 'GPU')} but the Ray cluster has {gpus:g}",
+                              hint="drop --trial-gpus, or connect to a cluster with GPUs (--address)")
+        if self.gpus == 0 and any(c.run.device.startswith("cuda") for c in configs):
+            raise RlperfError("trials use run.device=cuda but ask for no GPU: Ray would hide the GPUs from them",
+                              hint="add --trial-gpus 1 or use --device cpu")
+
+    def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
+        from ray import tune
+
+        for t in trials:
+            if t.status != "pending":
+                notify("end", t)
+        pending = {t.index: t for t in trials if t.status == "pending"}
+        if not pending:
+            return
+        specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
+        trainable = tune.with_parameters(ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [],
+                                         cwd=os.getcwd())
+        trainable = tune.with_resources(trainable, {"cpu": self.cpus, "gpu": self.gpus})
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"trial": tune.grid_search(sorted(pending))},
+            tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: f"trial{trial.config['trial']:03d}"),
+            run_config=tune.RunConfig(
+                name="ray", storage_path=str(sweep_dir), verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                callbacks=[_progress_callback(pending, notify)],
+            ),
+        )
+        # Tune prints its own tables and each failed trial's traceback on stdout (even at verbose=0)
+        # and logs them: keep rlperf's stdout clean (--json) and its output to the file.
+        captured = io.StringIO()
+        try:
+            with _quiet_logs("ray"), contextlib.redirect_stdout(captured):
+                grid = tuner.fit()
+        finally:
+            (sweep_dir / "ray").mkdir(exist_ok=True)
+            write_text_atomic(sweep_dir / "ray" / "tune_output.txt", captured.getvalue())
+        for r in grid:
+            t = pending.get((r.config or {}).get("trial"))
+            if t is None:
+                continue
+            metrics = r.metrics or {}
+            if r.error is not None and "run_dir" not in metrics:
+                t.status, t.error = "failed", _one_line(r.error)
+            elif "run_dir" in metrics:
+                _take_record(t, metrics["run_dir"], json.loads(metrics.get("record_json", "null")) or None)
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+@contextlib.contextmanager
+def _quiet_logs(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _progress_callback(pending: dict[int, Trial], notify: TrialCallback) -> Any:
+    from ray import tune
+
+    class Progress(tune.Callback):
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            t = pending.get(trial.config.get("trial"))
+            if t is not None:
+                notify("start", t)
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            t = pending.get(trial.config.get("trial"))
+            if t is not None:
+                notify("end", t)
+
+        on_trial_error = on_trial_complete
+
+    return Progress()
+
+
+def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_dir: str, command: list[str], cwd: str) -> None:
+    """The Ray Tune function trainable: one normal run, its record reported back to the driver."""
+    from ray import tune
+
+    from rlperf.runner import train_run
+
+    os.chdir(cwd)  # Tune starts trials in their own directory; runs record the user's (git revision, paths)
+    toml_text, name = specs[config["trial"]]
+    run = train_run(loads_config(toml_text), out=sweep_dir, name=name, command=command or None, quiet=True,
+                    dashboard=False, kind="sweep")
+    record = run.record
+    tune.report({"run_dir": str(run.run_dir), "status": record["status"],
+                 "env_steps_per_s": record["throughput"]["env_steps_per_s"],
+                 "updates_per_s": record["throughput"]["updates_per_s"],
+                 "record_json": json.dumps(record, default=str)})
+
+
+# -- summary, files, table ----------------------------------------------------------------------
+
+
+def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis]) -> list[dict[str, Any]]:
+    """One entry per grid point: its values, trial statuses, and median/spread of each figure over
+    its completed repeats (the numbers are the records', gathered, not recomputed)."""
+    points: dict[int, list[Trial]] = {}
+    for t in trials:
+        points.setdefault(t.point, []).append(t)
+    out = []
+    for point, group in points.items():
+        done = [t for t in group if t.status == "completed"]
+        entry: dict[str, Any] = {"point": point, "params": dict(group[0].params), "n": len(group),
+                                 "completed": len(done), "statuses": [t.status for t in group],
+                                 "errors": sorted({t.error for t in group if t.error})}
+        for column, path, _ in TRIAL_METRICS:
+            s = summarize([t.value(path) for t in done])
+            entry[column] = s.as_dict() if s else None
+        out.append(entry)
+    return out
+
+
+def write_outputs(result: SweepResult) -> None:
+    """sweep.json, sweep.csv and sweep.png in the sweep directory (each written atomically)."""
+    from rlperf.plots import sweep_plot
+
+    data = result.data()
+    write_json_atomic(result.sweep_dir / "sweep.json", data)
+    rows = data["trials"]
+    buffer = io.StringIO()
+    fieldnames = list(rows[0]) if rows else ["trial"]
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+    write_text_atomic(result.sweep_dir / "sweep.csv", buffer.getvalue())
+    sweep_plot(data["summary"], [a.key for a in result.axes], result.sweep_dir / "sweep.png")
+
+
+def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
+    """The sweep as a table: swept values, throughput, phase shares, score and status per grid point."""
+    summary = data["summary"]
+    keys = list(data["axes"])
+    shorts = [k.split(".", 1)[-1] for k in keys]
+    if len(set(shorts)) < len(shorts):
+        shorts = keys
+    caption = [f"phases: % of loop time in {'/'.join(PHASES)}"]
+    if data["repeats"] > 1:
+        caption.append(f"{SPREAD_RULE} over {data['repeats']} repeats")
+    if data.get("interrupted"):
+        caption.append("interrupted: partial results")
+    table = Table(title=title, caption="; ".join(caption))
+    for short in shorts:
+        table.add_column(short, justify="right")
+    numeric = [("env_steps_per_s", "env steps/s", "rate"), ("updates_per_s", "updates/s", "rate"),
+               ("s_per_1000_episodes", "s/1k episodes", "seconds")]
+    units = {}
+    for column, label, kind in numeric:
+        units[column] = pick_unit(kind, [e[column]["median"] for e in summary if e[column]])
+        unit = units[column][1]
+        header = label if unit in ("/s", "s") else f"{label} ({unit})"
+        table.add_column(header, justify="right")
+    table.add_column("phases %", justify="right")
+    table.add_column("mean score", justify="right")
+    table.add_column("status", max_width=60)
+    for e in summary:
+        cells: list[Text | str] = [_show(e["params"].get(k)) for k in keys]
+        for column, _, _ in numeric:
+            cells.append(_cell(e[column], units[column][0]))
+        shares = [e[f"share_{p}"] for p in PHASES]
+        cells.append("/".join(f"{100 * s['median']:.0f}" if s else MISSING for s in shares) if any(shares) else MISSING)
+        cells.append(_cell(e["mean_score"], 1.0))
+        cells.append(_status(e))
+        table.add_row(*cells)
+    return table
+
+
+def _cell(stat: dict[str, Any] | None, scale: float) -> str:
+    if not stat:
+        return MISSING
+    return format_number(stat["median"], stat["spread"] if stat["n"] > 1 else None, scale, compact=True)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _status(entry: dict[str, Any]) -> Text:
+    n, done = entry["n"], entry["completed"]
+    if done == n:
+        return Text("ok" if n == 1 else f"{done}/{n} ok", style="green")
+    others = sorted({s for s in entry["statuses"] if s != "completed"})
+    text = ", ".join(others) if n == 1 else f"{done}/{n} ok, {', '.join(others)}"
+    if entry["errors"]:
+        text += f": {entry['errors'][0]}"
+    return Text(text, style="red" if "failed" in others else "yellow")
+

@@ -1,0 +1,184 @@
+"""``rlperf profile`` end to end on small runs: record, artifacts, advisor, py-spy paths, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pstats
+import stat
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlperf.cli import main
+from rlperf.profilers import CallStats, find_pyspy
+
+ROOT = Path(__file__).resolve().parents[1]
+# The naive config scaled down: 64 boards, 8 updates per vector step, a narrower network and an
+# earlier start; every slow form of configs/naive.toml, in seconds. fast.toml likewise.
+SMALL = ["--set", "train.learning_starts=200", "--set", "buffer.capacity=5000", "--set", "agent.hidden=[64,64]",
+         "--set", "run.threads=1"]
+NAIVE = ["--config", str(ROOT / "configs" / "naive.toml"), "--envs", "64", "--steps", "3200", "--train-ratio", "8", *SMALL]
+FAST = ["--config", str(ROOT / "configs" / "fast.toml"), "--envs", "32", "--steps", "1600", *SMALL]
+SEED_001 = {"buffer.push=batch", "train.train_ratio=4", "env.flood_fill=tensor"}
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads() -> Any:
+    """run.threads=1 sets torch's and OpenMP's thread counts for the process: put them back."""
+    threads = torch.get_num_threads()
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    yield
+    torch.set_num_threads(threads)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", *args])
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+def profile_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> dict[str, Any]:
+    code, out, err = run(capsys, *args, "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    return json.loads(out)  # --json: the record and nothing else on stdout
+
+
+def findings(record: dict[str, Any]) -> set[str]:
+    return {f["knob"] for f in record["profile"]["advisor"]["findings"]}
+
+
+def test_naive_names_the_seed_001_bottlenecks_with_evidence_and_consistent_counts(capsys, tmp_path) -> None:
+    record = profile_json(capsys, tmp_path, *NAIVE)
+    run_dir = Path(record["run_dir"])
+    assert record["kind"] == "profile" and record["status"] == "completed"
+    assert json.loads((run_dir / "run.json").read_text())["profile"]["advisor"] == record["profile"]["advisor"]
+
+    # The advisor: push loop, train ratio and BFS, each with its evidence, the seed and a compare line.
+    assert SEED_001 <= findings(record)
+    advice = record["profile"]["advisor"]["findings"]
+    assert [f["est_saving_s"] for f in advice] == sorted((f["est_saving_s"] for f in advice), reverse=True)
+    for f in advice:
+        assert f["command"].startswith(f"rlperf compare {ROOT / 'configs' / 'naive.toml'} --vs {f['knob']} --set ")
+        assert "--train-ratio 8" in f["command"] and f["expected_gain"].startswith("seed ")
+    by_knob = {f["knob"]: f for f in advice}
+    assert "cProfile: ReplayBuffer._push_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
+    assert "bfs_count called" in by_knob["env.flood_fill=tensor"]["evidence"]
+
+    # cProfile: profile.prof loads with pstats, its counts match the run.
+    assert (run_dir / "profile.prof").is_file() and record["files"]["profile_cprofile"] == "profile.prof"
+    pstats.Stats(str(run_dir / "profile.prof"))
+    calls = CallStats.load(run_dir / "profile.prof")
+    totals = record["totals"]
+    assert totals["vector_steps"] == 50
+    assert calls.count("step", "rlperf/snake.py") == totals["vector_steps"]  # env step once per vector step
+    assert calls.count("run_loop", "rlperf/dqn.py") == 1
+    assert calls.count("update", "rlperf/dqn.py") == totals["updates"] > 0
+    assert calls.count("_push_one", "rlperf/buffer.py") == totals["env_steps"]
+    top = record["profile"]["cprofile"]["top"]
+    assert len(top) == 20 and top[0]["cumtime"] >= top[-1]["cumtime"]
+    own = [row["function"] for row in top if row["own"]]
+    assert any("rlperf/dqn.py" in name and "run_loop" in name for name in own)
+
+    # GC evidence and the measured overhead of cProfile.
+    gc = record["profile"]["gc"]
+    assert gc["total_collections"] == sum(gc["collections"].values()) and gc["loop_wall_s"] > 0
+    overhead = record["profile"]["overhead"]
+    assert overhead["instruments"] == ["cProfile"] and overhead["ratio"] > 0 and overhead["by_regime"]
+
+
+def test_fast_config_names_none_of_them(capsys, tmp_path) -> None:
+    record = profile_json(capsys, tmp_path, *FAST, "--top", "5", "--sort", "tottime")
+    assert not findings(record) & SEED_001
+    top = record["profile"]["cprofile"]["top"]
+    assert len(top) == 5 and [r["tottime"] for r in top] == sorted((r["tottime"] for r in top), reverse=True)
+    if not findings(record):
+        assert record["profile"]["advisor"]["none"].startswith("no finding")
+
+
+def test_torch_profiler_trace_has_the_phase_ranges(capsys, tmp_path) -> None:
+    code, out, err = run(capsys, "--config", "smoke", "--steps", "480", "--torch", "--no-cprofile", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "timing: cpu" in out and "torch.profiler: top ops by self CPU time" in out and "aten::" in out
+    assert "USDT" not in err and "ActivityProfiler" not in err  # kineto's chatter is kept back
+    run_dir = next(tmp_path.iterdir())
+    record = json.loads((run_dir / "run.json").read_text())
+    section = record["profile"]["torch"]
+    assert section["recorded"] and section["file"] == "trace.json" and section["top_ops"]
+    assert section["steps"] == [12, 16]  # the first steps that train (learning_starts=200 / 16 boards)
+    trace = json.loads((run_dir / "trace.json").read_text())
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert {f"phase:{p}" for p in ("select", "step", "push", "train", "log")} <= names
+    assert "cprofile" not in record["profile"] and not (run_dir / "profile.prof").exists()
+
+
+def test_py_spy_records_a_flamegraph_and_speedscope(capsys, tmp_path) -> None:
+    if find_pyspy() is None:
+        pytest.skip("py-spy is not installed")
+    code, out, err = run(capsys, "--config", "smoke", "--steps", "480", "--no-cprofile", "--py-spy", "--out", str(tmp_path))
+    assert code == 0, err
+    record = json.loads((next(tmp_path.iterdir()) / "run.json").read_text())
+    spy = record["profile"]["py_spy"]
+    if "skipped" in spy:
+        pytest.skip(f"py-spy cannot sample here: {spy['skipped']}")
+    run_dir = Path(record["run_dir"])
+    svg = ET.parse(run_dir / "pyspy.svg").getroot()
+    assert svg.tag.endswith("svg") and spy["samples"] > 0
+    assert "run_loop" in (run_dir / "pyspy.svg").read_text()
+    speedscope = json.loads((run_dir / "pyspy.speedscope.json").read_text())
+    assert speedscope["profiles"] and speedscope["shared"]["frames"]
+    assert "py-spy> " not in err and "py-spy> " not in out
+    assert "py-spy flamegraph:" in out and record["profile"]["options"]["py_spy"] is True
+
+
+def test_py_spy_missing_is_one_line_and_the_run_goes_on(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs"))
+    assert code == 0
+    lines = [line for line in err.splitlines() if "py-spy" in line]
+    assert lines == ["rlperf: py-spy skipped: not found on PATH (pip install py-spy)"]
+    record = json.loads((next((tmp_path / "runs").iterdir()) / "run.json").read_text())
+    assert record["status"] == "completed" and "not found" in record["profile"]["py_spy"]["skipped"]
+
+
+def test_py_spy_refused_is_one_line_with_the_fix(capsys, tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "bin" / "py-spy"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'Error: Failed to open process: Operation not permitted (os error 1)' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs"))
+    assert code == 0
+    lines = [line for line in err.splitlines() if "py-spy" in line]
+    assert len(lines) == 1 and lines[0].startswith("rlperf: py-spy skipped: refused (Error: Failed to open process")
+    assert "SYS_PTRACE" in lines[0] and "phases" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sort", "calls"], "unknown --sort key 'calls'"),
+    (["--top", "0"], "--top must be at least 1"),
+    (["--native"], "--native applies to --py-spy"),
+])
+def test_bad_options_are_one_line_exit_2(capsys, tmp_path, args, message) -> None:
+    code, out, err = run(capsys, "--config", "smoke", "--out", str(tmp_path / "runs"), *args)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [err.strip()] and message in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unwritable_out_is_one_line_exit_2(capsys, tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for extra in ([], ["--py-spy"]):
+        code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--out", str(blocker / "runs"), *extra)
+        assert code == 2 and out == "", err
+        assert len(err.strip().splitlines()) == 1 and "cannot create output directory" in err

@@ -1,0 +1,140 @@
+"""``rlperf train``: the run directory, the record (DESIGN §4), --json, and runs never sharing a directory."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlperf import cli, records
+from rlperf.config import config_from, config_to_dict, load_config
+from rlperf.records import read_record
+from rlperf.runner import METRICS_FIELDS, train_run
+from rlperf.timers import PHASES
+
+TINY = ["-c", "smoke", "--set", "run.device=cpu", "--set", "run.threads=1"]
+RECORD_KEYS = {"schema", "kind", "name", "run_dir", "status", "command", "started_at", "resumed", "config", "system",
+               "timing", "totals", "throughput", "phases", "learning", "memory", "checkpoint", "files"}
+PHASE_KEYS = {"total_s", "share", "calls", "mean_ms", "p50_ms", "p95_ms"}
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
+    """One small run through the CLI with --json: 30 vector steps of 16 boards, a log row every 5."""
+    out = tmp_path_factory.mktemp("runs")
+    stdout = io.StringIO()  # capsys is function-scoped; this fixture is shared by the module
+    code = 0
+    with contextlib.redirect_stdout(stdout):
+        try:
+            cli.main(["train", *TINY, "--steps", "480", "--set", "train.log_every=5", "--out", str(out), "--name", "t", "--json"])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    (run_dir,) = out.iterdir()
+    return code, stdout.getvalue(), run_dir
+
+
+def test_run_directory_holds_record_metrics_config_and_checkpoint(json_run: tuple[int, str, Path]) -> None:
+    code, _, run_dir = json_run
+    assert code == 0
+    assert run_dir.name.startswith("t-")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "run.json"]
+
+
+def test_json_prints_the_record_and_nothing_else(json_run: tuple[int, str, Path]) -> None:
+    _, stdout, run_dir = json_run
+    assert json.loads(stdout) == read_record(run_dir)
+
+
+def test_record_has_every_section(json_run: tuple[int, str, Path]) -> None:
+    _, _, run_dir = json_run
+    r = read_record(run_dir)
+    assert RECORD_KEYS <= set(r)
+    assert r["schema"] == records.SCHEMA and r["kind"] == "train" and r["status"] == "completed"
+    assert r["run_dir"] == str(run_dir) and r["name"] == run_dir.name
+    assert r["command"] and all(isinstance(arg, str) for arg in r["command"])  # sys.argv (checked end to end below)
+    assert r["resumed"] == []
+    assert r["config"] == config_to_dict(load_config(run_dir / "config.toml"))
+    assert r["config"]["train"]["steps"] == 480
+
+    assert {"rlperf", "python", "torch", "device", "cpu_model", "torch_threads", "git_revision"} <= set(r["system"])
+    assert r["system"]["device"] == "cpu"
+
+    totals = r["totals"]
+    assert (totals["env_steps"], totals["vector_steps"]) == (480, 30)
+    assert totals["episodes"] > 0 and totals["updates"] > 0 and totals["wall_s"] > 0
+
+    assert set(r["phases"]) == set(PHASES) and list(r["phases"]) == list(PHASES)
+    for name, stats in r["phases"].items():
+        assert set(stats) == PHASE_KEYS, name
+        assert stats["calls"] >= 30 - r["timing"]["warmup_steps"]
+        assert 0 <= stats["p50_ms"] <= stats["p95_ms"]
+    assert math.isclose(sum(s["share"] for s in r["phases"].values()), 1.0, rel_tol=1e-6)
+
+    t = r["throughput"]
+    assert {"env_steps_per_s", "updates_per_s", "episodes_per_s", "s_per_1000_episodes", "replay_ratio"} <= set(t)
+    assert t["env_steps_per_s"] > 0
+    assert math.isclose(t["replay_ratio"], totals["updates"] * 32 / 480)
+
+    learning = r["learning"]
+    assert {"mean_score_last_100", "mean_return_last_100", "best_score", "mean_episode_length", "final_epsilon", "last_loss"} <= set(learning)
+    assert math.isfinite(learning["last_loss"]) and learning["best_score"] >= 0
+
+    assert r["memory"]["peak_rss_mb"] > 0 and r["memory"]["peak_cuda_mb"] is None and r["memory"]["replay_mb"] > 0
+    assert r["checkpoint"] == {"file": "checkpoint.pt", "env_steps": 480, "vector_steps": 30}
+    assert r["files"] == {"record": "run.json", "metrics": "metrics.csv", "config": "config.toml", "checkpoint": "checkpoint.pt"}
+
+
+def test_metrics_csv_has_a_row_per_log_interval(json_run: tuple[int, str, Path]) -> None:
+    _, _, run_dir = json_run
+    with open(run_dir / "metrics.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == METRICS_FIELDS
+        rows = list(reader)
+    assert [int(row["vector_steps"]) for row in rows] == [5, 10, 15, 20, 25, 30]
+    assert [int(row["env_steps"]) for row in rows] == [16 * v for v in (5, 10, 15, 20, 25, 30)]
+    record = read_record(run_dir)
+    assert int(rows[-1]["episodes"]) == record["totals"]["episodes"]
+    assert int(rows[-1]["updates"]) == record["totals"]["updates"]
+    epsilons = [float(row["epsilon"]) for row in rows]
+    assert epsilons == sorted(epsilons, reverse=True)
+    assert math.isfinite(float(rows[-1]["loss"]))
+
+
+def test_checkpoint_loads_safely_and_matches_the_record(json_run: tuple[int, str, Path]) -> None:
+    _, _, run_dir = json_run
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert {"schema", "config", "agent", "buffer", "env", "progress", "timer", "rng", "run"} <= set(state)
+    assert state["progress"]["env_steps"] == 480
+    assert state["config"] == read_record(run_dir)["config"]
+
+
+def test_two_runs_with_the_same_name_in_the_same_second_both_keep_their_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records.time, "strftime", lambda fmt: "20240101-120000")
+    cfg = config_from("smoke", ["run.device=cpu", "run.threads=1"], steps=32)
+    a = train_run(cfg, out=tmp_path, name="same", quiet=True, dashboard=False)
+    b = train_run(cfg, out=tmp_path, name="same", quiet=True, dashboard=False)
+    assert (a.run_dir.name, b.run_dir.name) == ("same-20240101-120000", "same-20240101-120000-2")
+    assert read_record(a.run_dir)["run_dir"] == str(a.run_dir)
+    assert read_record(b.run_dir)["run_dir"] == str(b.run_dir)
+
+
+def test_json_end_to_end_prints_only_the_record(tmp_path: Path) -> None:
+    """``python -m rlperf train --json`` in a real process: stdout is one JSON document, the record."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "rlperf", "train", *TINY, "--steps", "64", "--out", str(tmp_path), "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["status"] == "completed"
+    assert record["command"][1:] == argv[3:]  # python -m rlperf <these>
+    assert record == read_record(record["run_dir"])
+    assert "Traceback" not in proc.stderr
