@@ -12,6 +12,7 @@ import typer
 
 from rlperf.cli import (ConfigOpt, DeviceOpt, EnvsOpt, EpisodesOpt, JsonOpt, NameOpt, OutOpt, QuietOpt, RatioOpt,
                         SeedOpt, SetOpt, StepsOpt, app, build_config)
+from rlperf.dashboard import RunsProgress
 from rlperf.errors import RlperfError
 
 
@@ -73,34 +74,14 @@ def compare(
     raise typer.Exit(130 if interrupted else 0)
 
 
-class _RunProgress:
-    """A rich progress bar of the runs that ``compare`` starts, on stderr."""
+class _RunProgress(RunsProgress):
+    """compare's runs: one bar step per run."""
 
     def __init__(self, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=Console(stderr=True))
-        self.task = self.bar.add_task("", total=total)
-        self.started = False
-
-    def __enter__(self) -> "_RunProgress":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.started:
-            self.bar.__exit__(*exc)
-
-    def _start(self) -> None:
-        # Shown from the first trial on, so that input refused up front prints only its error line.
-        if not self.started:
-            self.started = True
-            self.bar.__enter__()
+        super().__init__("compare", total)
 
     def on_run(self, label: str, repeat: int, event: str) -> None:
-        self._start()
         if event == "start":
-            self.bar.update(self.task, description=f"{label} (repeat {repeat})")
+            self.started_run(f"{label} (repeat {repeat})")
         else:
-            self.bar.advance(self.task)
+            self.finished_run()

@@ -13,6 +13,7 @@ import typer
 
 from rlperf.cli import (ConfigOpt, DeviceOpt, EpisodesOpt, JsonOpt, NameOpt, OutOpt, QuietOpt, SeedOpt, SetOpt,
                         StepsOpt, app, build_config)
+from rlperf.dashboard import RunsProgress
 
 
 @app.command()
@@ -72,39 +73,18 @@ def sweep(
     raise typer.Exit(130 if result.interrupted else 1 if failed else 0)
 
 
-class _TrialProgress:
-    """A rich progress bar of trials on stderr, with a line per finished trial."""
+class _TrialProgress(RunsProgress):
+    """sweep's trials: one bar step and one line per finished trial."""
 
     def __init__(self, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=Console(stderr=True))
-        self.task = self.bar.add_task("", total=total)
-        self.started = False
-
-    def __enter__(self) -> "_TrialProgress":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.started:
-            self.bar.__exit__(*exc)
-
-    def _start(self) -> None:
-        # Shown from the first trial on, so that input refused up front prints only its error line.
-        if not self.started:
-            self.started = True
-            self.bar.__enter__()
+        super().__init__("sweep", total)
 
     def on_trial(self, event: str, trial) -> None:
-        self._start()
         what = " ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.params.items()) + f" repeat {trial.repeat}"
         if event == "start":
-            self.bar.update(self.task, description=f"{trial.name}: {what}")
+            self.started_run(f"{trial.name}: {what}")
             return
-        self.bar.advance(self.task)
         status = trial.status if not trial.error else f"{trial.status}: {trial.error}"
         rate = (trial.record or {}).get("throughput", {}).get("env_steps_per_s")
         figures = f" {rate:,.0f} env steps/s" if rate else ""
-        self.bar.console.print(f"{trial.name} {what}: {status}{figures}", highlight=False, markup=False)
+        self.finished_run(f"{trial.name} {what}: {status}{figures}")

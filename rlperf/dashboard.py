@@ -64,3 +64,40 @@ class Dashboard:
             self._stats.plain = line
         else:
             self.console.print(f"[{min(done, self.total):,}/{self.total:,} {self.unit}] {line}", highlight=False, soft_wrap=True)
+
+
+class RunsProgress:
+    """A progress bar over the runs a command starts (sweep trials, compare runs), on stderr.
+
+    The bar appears with the first run, so input refused up front prints only its error line.
+    """
+
+    def __init__(self, label: str, total: int) -> None:
+        from rich.progress import MofNCompleteColumn
+
+        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=Console(stderr=True))
+        self.task = self.bar.add_task("", total=total)
+        self.started = False
+
+    def __enter__(self) -> "RunsProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.started:
+            self.bar.__exit__(*exc)
+
+    def started_run(self, description: str) -> None:
+        self._start()
+        self.bar.update(self.task, description=description)
+
+    def finished_run(self, line: str | None = None) -> None:
+        self._start()
+        self.bar.advance(self.task)
+        if line:
+            self.bar.console.print(line, highlight=False, markup=False)
+
+    def _start(self) -> None:
+        if not self.started:
+            self.started = True
+            self.bar.__enter__()
