@@ -61,6 +61,8 @@ OBS_MODES = ("features", "grid")
 FLOOD_FILL_MODES = ("off", "bfs", "tensor")
 N_FEATURES = 11
 N_FLOOD_FEATURES = 3
+# Boards up to about 34 x 34 use a lookup table for the heading and fruit features.
+HEADING_FRUIT_TABLE_BYTES = 64 * 2**20
 
 
 def _check_arguments(num_envs: int, size: int, obs: str, flood_fill: str, initial_length: int, hunger: int | None) -> None:
@@ -160,6 +162,7 @@ class VectorSnake(VectorEnv):
         self._row = torch.arange(c + 1, **i64) // s
         self._col = torch.arange(c + 1, **i64) % s
         self._delta = torch.tensor(DIRECTION_DELTAS, **i64)  # (4, 2)
+        self._heading_fruit = self._heading_fruit_table() if 4 * c * c * 8 * 4 <= HEADING_FRUIT_TABLE_BYTES else None
         self._body_steps = torch.arange(self.initial_length, **i64)
 
         self._gen = torch.Generator(device=dev)
@@ -182,6 +185,18 @@ class VectorSnake(VectorEnv):
         self._final_len = torch.zeros(n, **i64)
         self._final_return = torch.zeros(n, dtype=torch.float32, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
+
+    def _heading_fruit_table(self) -> torch.Tensor:
+        """Features 3..10 for every (heading, head cell, fruit cell): one gather per observation."""
+        c = self.cells
+        direction = torch.arange(4, device=self.device).view(4, 1, 1).expand(4, c, c)
+        hr, hc = self._row[:c].view(1, c, 1), self._col[:c].view(1, c, 1)
+        fr, fc = self._row[:c].view(1, 1, c), self._col[:c].view(1, 1, c)
+        table = torch.zeros((4, c, c, 8), dtype=torch.float32, device=self.device)
+        table[..., 0:4] = torch.nn.functional.one_hot(direction, 4).float()
+        for k, flag in enumerate((fc < hc, fc > hc, fr < hr, fr > hr)):
+            table[..., 4 + k] = flag.expand(4, c, c).float()
+        return table.view(4 * c * c, 8)
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[torch.Tensor, dict]:
@@ -463,14 +478,18 @@ class VectorSnake(VectorEnv):
         tail = ring.gather(1, ((ptr - length + 1) % c).unsqueeze(1))
         deadly = occ.gather(1, targets) & (targets != tail)
         out[:, 0:3] = deadly
-        out[:, 3:7] = 0.0
-        out[:, 3:7].scatter_(1, direction.unsqueeze(1), 1.0)
-        has_fruit = length < c
-        hr, hc, fr, fc = self._row[head], self._col[head], self._row[fruit], self._col[fruit]
-        out[:, 7] = (fc < hc) & has_fruit
-        out[:, 8] = (fc > hc) & has_fruit
-        out[:, 9] = (fr < hr) & has_fruit
-        out[:, 10] = (fr > hr) & has_fruit
+        if self._heading_fruit is not None:
+            # Heading one-hot and fruit-relative flags in one gather (a full board parks its
+            # fruit under the head, so its flags are all 0 without a mask).
+            out[:, 3:11] = self._heading_fruit[(direction * c + head) * c + fruit]
+        else:
+            out[:, 3:7] = 0.0
+            out[:, 3:7].scatter_(1, direction.unsqueeze(1), 1.0)
+            hr, hc, fr, fc = self._row[head], self._col[head], self._row[fruit], self._col[fruit]
+            out[:, 7] = fc < hc
+            out[:, 8] = fc > hc
+            out[:, 9] = fr < hr
+            out[:, 10] = fr > hr
         if self.flood_fill != "off":
             out[:, 11:14] = self._flood_features(occ[:, :c], targets, deadly, tail, fruit)
 
