@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from rlperf.config import Config
+from rlperf.dashboard import Dashboard
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
 from rlperf.errors import ConfigError
 from rlperf.shm import Layout, ReplayLockTimeout, ReplayReader, RingWriter, Segment, SeqLock, replay_fields, segment_name
@@ -524,7 +525,7 @@ class Learner:
         self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
         total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
         self.unit = unit
-        self.board = _AsyncBoard(total, unit, enabled=show and not quiet)
+        self.board = Dashboard(total, unit, enabled=show and not quiet)
 
         self._publish()  # version 1: every actor starts from the learner's initial weights
         for i in range(a.actors):
@@ -714,11 +715,11 @@ class Learner:
                                     mean_return_100=p.mean_return, best_score=p.best_score, epsilon=p.epsilon,
                                     loss=p.last_loss, env_steps_per_s=rate))
             if self.board.enabled:
-                m = self._async_metrics(time.perf_counter())
                 done = p.episodes if self.unit == "episodes" else p.env_steps
                 self.board.update(done, {"episodes": p.episodes, "env_steps_per_s": rate,
                                          "updates_per_s": p.updates / wall if wall else 0.0, "mean_score": p.mean_score,
-                                         "epsilon": p.epsilon, "loss": p.last_loss}, extra=_metrics_line(m))
+                                         "epsilon": p.epsilon, "loss": p.last_loss},
+                                  extra=lambda: _metrics_line(self._async_metrics(time.perf_counter())))
         return finite
 
     def _async_metrics(self, t_end: float) -> dict[str, Any]:
@@ -909,34 +910,6 @@ def async_table(m: dict[str, Any]) -> Any:
     for label, value in rows:
         table.add_row(label, value)
     return table
-
-
-class _AsyncBoard:
-    """The training dashboard plus one line of async metrics under it."""
-
-    def __init__(self, total: int, unit: str, enabled: bool) -> None:
-        from rlperf.dashboard import Dashboard
-
-        self._board = Dashboard(total, unit, enabled=enabled)
-        self.enabled, self.console = self._board.enabled, self._board.console
-
-    def __enter__(self) -> _AsyncBoard:
-        self._board.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._board.__exit__(*exc)
-
-    def update(self, done: int, snapshot: dict[str, Any], extra: str) -> None:
-        board = self._board
-        before = getattr(board, "_last", None)
-        board.update(done, snapshot)
-        if getattr(board, "_last", None) == before:
-            return  # throttled
-        if board.live_mode and hasattr(board, "_stats"):
-            board._stats.plain = board._stats.plain + "\n" + extra
-        else:
-            board.console.print("  " + extra, highlight=False, soft_wrap=True)
 
 
 # -- process plumbing -----------------------------------------------------------------------------

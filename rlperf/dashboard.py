@@ -7,6 +7,7 @@ phase table can see; on a pipe or in CI it prints one plain line every ``plain_e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -44,8 +45,14 @@ class Dashboard:
         if self._live is not None:
             self._live.__exit__(*exc)
 
-    def update(self, done: int, snapshot: dict[str, Any], shares: dict[str, float] | None = None, force: bool = False) -> None:
-        """Show ``done`` out of ``total`` and the snapshot's figures (if the throttle allows)."""
+    def update(self, done: int, snapshot: dict[str, Any], shares: Callable[[], dict[str, float]] | None = None,
+               force: bool = False, extra: Callable[[], str] | None = None) -> None:
+        """Show ``done`` out of ``total`` and the snapshot's figures (if the throttle allows).
+
+        ``shares`` (and ``extra``, a further line of figures) are called only when the dashboard
+        actually redraws: reading the phase shares walks every timing sample, which must not
+        happen on every log of a ``log_every=1`` run.
+        """
         if not self.enabled:
             return
         now = time.monotonic()
@@ -57,8 +64,11 @@ class Dashboard:
             f"updates/s {snapshot['updates_per_s']:,.1f}  score(100) {snapshot['mean_score']:.2f}  "
             f"eps {snapshot['epsilon']:.3f}  loss {snapshot['loss']:.4f}"
         )
-        if shares:
-            line += "  |  " + " ".join(f"{p} {shares.get(p, 0.0) * 100:.0f}%" for p in PHASES)
+        if shares is not None:
+            current = shares()
+            line += "  |  " + " ".join(f"{p} {current.get(p, 0.0) * 100:.0f}%" for p in PHASES)
+        if extra is not None:
+            line += "  |  " + extra()
         if self.live_mode:
             self._bar.update(self._task, completed=min(done, self.total))
             self._stats.plain = line

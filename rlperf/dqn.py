@@ -77,8 +77,6 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
 
             if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
                 raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
-    if cfg.env.backend != "tensor" and device.type != "cpu" and cfg.env.flood_fill == "tensor":
-        raise ConfigError("env.flood_fill=tensor runs on the batched env only", hint="use env.flood_fill=bfs with a gym backend")
 
 
 def epsilon_at(cfg: Config, env_steps: int) -> float:

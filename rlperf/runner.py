@@ -319,7 +319,7 @@ def _run(cfg: Config, env: Any, buffer: ReplayBuffer, agent: Agent, device: torc
                 tb.add_scalar(f"rlperf/{key}", row[key], p.env_steps)
         if board.enabled:
             done = p.episodes if unit == "episodes" else p.env_steps
-            shares = {name: s.share for name, s in timer.stats().items()} if board.live_mode or wall > 5 else None
+            shares = timer.shares if board.live_mode or wall > 5 else None
             board.update(done, {"episodes": p.episodes, "env_steps_per_s": rate, "updates_per_s": p.updates / wall if wall else 0.0,
                                 "mean_score": p.mean_score, "epsilon": p.epsilon, "loss": p.last_loss}, shares)
 

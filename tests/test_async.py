@@ -232,3 +232,14 @@ def test_async_refuses_settings_it_cannot_honour(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=words):
             train_run(_smoke(tmp_path, override, "buffer.batch_size=8"), out=tmp_path, quiet=True)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_async_run_with_the_dashboard_on_prints_async_figures(tmp_path: Path, capsys) -> None:
+    """The dashboard (not --quiet) draws the async metrics line; every async test above runs quiet."""
+    from rlperf.runner import train_run
+
+    cfg = _smoke(tmp_path, "async.actors=1", "train.steps=3000", "train.log_every=5")
+    result = train_run(cfg, out=tmp_path, quiet=False, dashboard=True)
+    assert result.exit_code == 0 and result.record["status"] == "completed"
+    err = capsys.readouterr().err
+    assert "async: exp/s" in err and "env steps/s" in err

@@ -1,0 +1,27 @@
+"""The dashboard reads the phase shares only when it redraws (never on every log)."""
+
+from __future__ import annotations
+
+from rlperf.dashboard import Dashboard
+
+SNAPSHOT = {"episodes": 3, "env_steps_per_s": 100.0, "updates_per_s": 2.0, "mean_score": 1.5, "epsilon": 0.5, "loss": 0.1}
+
+
+def test_shares_and_extra_are_read_only_when_the_dashboard_redraws(capsys) -> None:
+    calls = []
+
+    def shares() -> dict[str, float]:
+        calls.append("shares")
+        return {"select": 0.25, "train": 0.75}
+
+    board = Dashboard(100, "episodes", enabled=True, plain_every_s=3600)
+    for _ in range(50):
+        board.update(3, SNAPSHOT, shares, extra=lambda: calls.append("extra") or "async: x")
+    assert calls == ["shares", "extra"]  # the first update draws, the next 49 are throttled
+    err = capsys.readouterr().err
+    assert "train 75%" in err and "async: x" in err and err.count("episodes 3") == 1
+
+
+def test_disabled_dashboard_reads_nothing() -> None:
+    board = Dashboard(100, "episodes", enabled=False)
+    board.update(1, SNAPSHOT, lambda: 1 / 0, extra=lambda: 1 / 0)  # would raise if called
