@@ -252,9 +252,6 @@ class ReplayBuffer:
             self._actions = torch.empty((cap,), dtype=torch.int64, device=dev)
             self._rewards = torch.empty((cap,), dtype=torch.float32, device=dev)
             self._dones = torch.empty((cap,), dtype=torch.float32, device=dev)
-            # Ring offsets for batch writes, kept on the device and grown to the largest batch seen,
-            # so a push allocates no index tensor from the host (TorchRL's preallocated arange).
-            self._arange = torch.arange(min(cap, 1024), device=dev)
 
     # ------------------------------------------------------------------ push
 
@@ -366,17 +363,20 @@ class ReplayBuffer:
             next_obs, dones = next_obs[skip:], dones[skip:]
 
         if self.storage == "tensor":
-            dev = self.device
-            if m > self._arange.numel():
-                self._arange = torch.arange(min(self.capacity, max(m, 2 * self._arange.numel())), device=dev)
-            # The ring write: slot of transition j is (start + j) mod capacity, so one scatter covers
-            # the wrap-around with no Python branch and no host sync.
-            idx = (self._arange[:m] + start) % self.capacity
-            self._obs.index_copy_(0, idx, obs.to(dev, self.obs_dtype))
-            self._next_obs.index_copy_(0, idx, next_obs.to(dev, self.obs_dtype))
-            self._actions.index_copy_(0, idx, actions.to(dev, torch.int64))
-            self._rewards.index_copy_(0, idx, rewards.to(dev, torch.float32))
-            self._dones.index_copy_(0, idx, dones.to(dev, torch.float32))
+            # The ring as at most two contiguous slice copies, [start, end) then the wrapped head:
+            # ``start`` is a host int, so no sync, and ``copy_`` casts and moves in the same kernel
+            # (one op per field, where an index scatter needs an index and a cast first).
+            first = min(m, self.capacity - start)
+            for dst, src in (
+                (self._obs, obs),
+                (self._next_obs, next_obs),
+                (self._actions, actions),
+                (self._rewards, rewards),
+                (self._dones, dones),
+            ):
+                dst[start : start + first].copy_(src[:first])
+                if first < m:
+                    dst[: m - first].copy_(src[first:])
         else:
             # One host copy per field; numpy does the dtype casts so that contents match the loop
             # path (which hands numpy arrays and Python scalars to the same storage) bit for bit.

@@ -17,39 +17,12 @@ import argparse
 import platform
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 
+from benchutil import measure
 from rlperf.buffer import PUSH_MODES, STORAGES, ReplayBuffer
-from rlperf.device import resolve_device, synchronize
-
-
-def measure(fn: Callable[[], None], device: torch.device, repeats: int, min_time: float) -> list[float]:
-    """Seconds per call of ``fn``, one figure per repeat."""
-    fn()  # warm-up: first-call allocations, lazy CUDA init
-    synchronize(device)
-    # Calibrate the loop length so each repeat is long enough for perf_counter to resolve.
-    iters, elapsed = 1, 0.0
-    while True:
-        started = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        synchronize(device)
-        elapsed = time.perf_counter() - started
-        if elapsed >= min_time / 4 or iters >= 1 << 20:
-            break
-        iters *= 4
-    iters = max(1, round(iters * min_time / max(elapsed, 1e-9)))
-    per_call = []
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        synchronize(device)
-        per_call.append((time.perf_counter() - started) / iters)
-    return per_call
+from rlperf.device import resolve_device
 
 
 def make_pushes(count: int, n: int, obs_dim: int, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
