@@ -13,10 +13,12 @@ The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import gymnasium
 import torch
@@ -46,9 +48,17 @@ def time_vector_snake(n: int, device: torch.device, flood_fill: str, steps: int,
 
 
 def time_gym(kind: str, n: int, steps: int, repeats: int) -> list[float]:
-    cls = gymnasium.vector.SyncVectorEnv if kind == "sync" else gymnasium.vector.AsyncVectorEnv
-    envs = cls([lambda: SnakeEnv(size=10) for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
-    envs.reset(seed=0)
+    """Gymnasium's vector envs (``sync``/``async``) or SB3's ``DummyVecEnv`` (``sb3-dummy``) over ``SnakeEnv``."""
+    if kind == "sb3-dummy":
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        envs = DummyVecEnv([lambda: SnakeEnv(size=10) for _ in range(n)])
+        envs.seed(0)
+        envs.reset()
+    else:
+        cls = gymnasium.vector.SyncVectorEnv if kind == "sync" else gymnasium.vector.AsyncVectorEnv
+        envs = cls([lambda: SnakeEnv(size=10) for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
+        envs.reset(seed=0)
     actions = torch.randint(0, 3, (steps, n)).numpy()
     for i in range(min(5, steps)):
         envs.step(actions[i])
@@ -62,6 +72,42 @@ def time_gym(kind: str, n: int, steps: int, repeats: int) -> list[float]:
     return rates
 
 
+PEER_LABELS = {"sync": "gymnasium SyncVectorEnv", "async": "gymnasium AsyncVectorEnv", "sb3-dummy": "SB3 DummyVecEnv"}
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for flood in ("off", "tensor", "bfs"):
+        rows = [r for r in results["tensor"] if r["flood_fill"] == flood]
+        if rows:
+            ax.errorbar([r["n"] for r in rows], [r["median"] for r in rows],
+                        yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
+                        marker="o", ms=4, capsize=2, label=f"rlperf VectorSnake, flood fill {flood}")
+    for kind, marker in (("sync", "s"), ("async", "^"), ("sb3-dummy", "D")):
+        rows = [r for r in results["gym"] if r["kind"] == kind]
+        if rows:
+            ax.plot([r["n"] for r in rows], [r["median"] for r in rows], marker, ms=7, ls=":",
+                    label=f"{PEER_LABELS[kind]} over SnakeEnv (flood off)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("boards stepped together (N)")
+    ax.set_ylabel("env steps/s")
+    m = results["machine"]
+    ax.set_title(f"Snake 10x10, features obs | {m['gpu'] or m['cpu']}, torch {m['torch']}, {m['threads']} threads | "
+                 f"{results['date']}", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def summarize(rates: list[float]) -> dict[str, float]:
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "repeats": len(rates)}
 
@@ -69,7 +115,7 @@ def summarize(rates: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--min-n", type=int, default=256)
+    parser.add_argument("--min-n", type=int, default=16)
     parser.add_argument("--max-n", type=int, default=65536)
     parser.add_argument("--steps", type=int, default=100, help="steps per timed block")
     parser.add_argument("--repeats", type=int, default=5)
@@ -77,6 +123,8 @@ def main() -> None:
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")
+    parser.add_argument("--plot", type=Path, help="write env steps/s vs N (log-log) with the peers' points as PNG here")
+    parser.add_argument("--out", type=Path, help="also write the JSON results here")
     args = parser.parse_args()
     if args.quick:
         args.min_n, args.max_n, args.steps, args.repeats = 16, 64, 5, 2
@@ -107,19 +155,25 @@ def main() -> None:
             if not args.json:
                 print(f"VectorSnake  flood={flood:6s} N={n:>8,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
     if not args.no_gym:
-        gym_n = 16 if args.quick else 256
+        gym_sizes = [16] if args.quick else [16, 256]
         gym_steps = 5 if args.quick else 50
-        for kind in ("sync", "async"):
-            rates = time_gym(kind, gym_n, gym_steps, args.repeats)
-            results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
-            if not args.json:
-                print(f"gymnasium {kind:5s}Vec N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
-        native = [r for r in results["tensor"] if r["n"] == gym_n and r["flood_fill"] == "off"]
-        if native:
-            for row in results["gym"]:
+        kinds = ["sync", "async"] + (["sb3-dummy"] if importlib.util.find_spec("stable_baselines3") else [])
+        for kind in kinds:
+            for gym_n in gym_sizes:
+                rates = time_gym(kind, gym_n, gym_steps, args.repeats)
+                results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
+                if not args.json:
+                    print(f"{kind:>9s} over SnakeEnv N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+        for row in results["gym"]:
+            native = [r for r in results["tensor"] if r["n"] == row["n"] and r["flood_fill"] == "off"]
+            if native:
                 row["native_ratio"] = native[0]["median"] / row["median"]
                 if not args.json:
-                    print(f"VectorSnake / gymnasium {row['kind']}VectorEnv at N={gym_n}: {row['native_ratio']:.0f}x")
+                    print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.0f}x")
+    if args.plot:
+        plot(results, args.plot)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
     if args.json:
         print(json.dumps(results, indent=2))
 

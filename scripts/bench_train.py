@@ -36,10 +36,11 @@ KNOBS = [
     ("train.train_ratio=64", ["train.train_ratio=64"]),
 ]
 QUICK_KNOBS = ("fast (all fixes)", "buffer.push=loop", "env.flood_fill=bfs")
+DEVICE = ["--device", "auto"]  # every trial's device; set from --device
 
 
 def run(config: str, overrides: list[str], out: Path, *flags: str) -> dict:
-    cmd = [sys.executable, "-m", "rlperf", "train", "--config", config, "--out", str(out), "--json", "--quiet", *flags]
+    cmd = [sys.executable, "-m", "rlperf", "train", "--config", config, "--out", str(out), "--json", "--quiet", *DEVICE, *flags]
     for item in overrides:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -108,13 +109,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=51_200, help="env steps per knob trial")
     parser.add_argument("--envs", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="auto", help="run.device of every trial (auto, cpu, cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny trials, for the test suite")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     small, large, scale_steps = 1024, 5000, 73_728
+    DEVICE[1] = args.device
     if args.quick:
         args.steps, args.envs, args.repeats, small, large, scale_steps = 2048, 32, 1, 20, 40, 2048
-    results: dict = {"date": time.strftime("%Y-%m-%d"), "steps": args.steps, "envs": args.envs, "repeats": args.repeats}
+    results: dict = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "steps": args.steps, "envs": args.envs, "repeats": args.repeats}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if args.part in ("all", "knobs"):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -20,7 +23,7 @@ def test_bench_env_quick() -> None:
     result = run_script("bench_env.py", "--quick", "--json")
     assert {row["flood_fill"] for row in result["tensor"]} == {"off", "tensor", "bfs"}
     assert all(row["median"] > 0 and row["min"] <= row["median"] <= row["max"] for row in result["tensor"])
-    assert {row["kind"] for row in result["gym"]} == {"sync", "async"}
+    assert {"sync", "async"} <= {row["kind"] for row in result["gym"]} <= {"sync", "async", "sb3-dummy"}
     assert all(row["native_ratio"] > 0 for row in result["gym"])
 
 
@@ -34,3 +37,103 @@ def test_bench_train_quick_knobs() -> None:
     variants = [row["variant"] for row in result["knobs"]]
     assert variants[0] == "fast (all fixes)" and "buffer.push=loop" in variants and "env.flood_fill=bfs" in variants
     assert all(row["env_steps_per_s"] > 0 and row["fast_over_variant"] > 0 for row in result["knobs"])
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    """Skip unless the peer library is installed (the ``bench`` extra)."""
+    try:
+        __import__(module)
+    except ImportError:
+        return pytest.mark.skip(reason=f"needs {module} (pip install -e '.[bench]')")
+    return pytest.mark.skipif(False, reason="")
+
+
+@needs("stable_baselines3")
+@needs("torchrl")
+def test_bench_replay_quick() -> None:
+    result = run_script("bench_replay.py", "--quick", "--json")
+    libraries = {row["library"]: row for row in result["libraries"]}
+    assert set(libraries) == {"rlperf", "sb3", "torchrl"} and result["missing"] == []
+    for row in libraries.values():
+        for key in ("push_us", "sample_us"):
+            assert 0 < row[key]["min"] <= row[key]["median"] <= row[key]["max"]
+        assert row["rlperf_speedup"]["push_plus_sample"] > 0
+    assert libraries["rlperf"]["rlperf_speedup"]["push"] == 1.0
+    assert result["machine"]["versions"]["stable-baselines3"] and result["machine"]["versions"]["torchrl"]
+
+
+@needs("stable_baselines3")
+def test_bench_peers_quick(tmp_path: Path) -> None:
+    plot = tmp_path / "curves.png"
+    result = run_script("bench_peers.py", "--quick", "--json", "--plot", str(plot))
+    kinds = [(entry["kind"], entry["n_envs"]) for entry in result["entries"]]
+    assert kinds == [("rlperf", 16), ("sb3", 1), ("sb3", 4)]
+    steps = result["env_steps"]
+    updates = {entry["summary"]["updates"] for entry in result["entries"]}
+    for entry in result["entries"]:
+        summary = entry["summary"]
+        # The same env-step budget (SB3 may overshoot by less than one vector step).
+        assert steps <= summary["env_steps"] < steps + entry["n_envs"]
+        assert summary["wall_s"]["median"] > 0 and summary["curve"]
+        assert set(summary["time_to_score"]) == {str(t) for t in result["targets"]}
+    # Comparable update counts: SB3 is configured to the rlperf config's updates per env step.
+    assert max(updates) <= 1.1 * min(updates), updates
+    sb3 = result["entries"][1]["settings"]
+    assert sb3["net_arch"] == [32, 32] and sb3["batch_size"] == 32 and sb3["buffer_size"] == 5000
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_scaling_quick(tmp_path: Path) -> None:
+    plot = tmp_path / "scaling.png"
+    result = run_script("bench_scaling.py", "--quick", "--json", "--plot", str(plot))
+    runs = result["runs"]
+    assert [r["episodes_asked"] for r in runs] == [20, 60]
+    for r in runs:
+        assert r["wall_s"]["median"] > 0 and r["us_per_env_step"]["median"] > 0
+        assert r["peak_rss_mib"]["median"] > 10
+        assert r["example"]["memory"] and all(m["rss_mib"] > 0 for m in r["example"]["memory"])
+        assert r["example"]["windows"]
+    assert result["ratios"]["episodes"] == 3 and result["ratios"]["wall"] > 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_limits_quick() -> None:
+    result = run_script("bench_limits.py", "--quick", "--json")
+    assert result["bandwidth_bytes_per_s"]["median"] > 1e8  # any machine copies faster than 100 MB/s
+    assert 0 < result["op_overhead_s"]["median"] < 1e-3
+    rows = {(r["flood_fill"], r["n"]): r for r in result["rows"]}
+    assert set(rows) == {(f, n) for f in ("off", "tensor") for n in (16, 256)}
+    for r in rows.values():
+        assert r["ops_per_step"] > 10 and r["bytes_per_env_step"] > 0 and r["env_steps_per_s"] > 0
+        assert r["bound_by"] in ("overhead", "bandwidth") and r["fraction_of_limit"] > 0
+    # Flood fill adds operators and bytes to every step.
+    assert rows[("tensor", 256)]["ops_per_step"] > rows[("off", 256)]["ops_per_step"]
+
+
+def test_bench_gpu_pipeline_on_cpu(tmp_path: Path) -> None:
+    """The GPU script's whole pipeline, on the CPU with tiny sizes: one well-formed results file."""
+    out = tmp_path / "results.json"
+    env = {**os.environ, "DEVICE": "cpu", "QUICK": "1", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), str(out)], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and result["gpu"] is None
+    assert set(result["parts"]) == {"env", "replay", "limits", "train", "timers"}
+    assert all(part["exit_code"] == 0 for part in result["parts"].values())
+    assert result["parts"]["env"]["results"]["tensor"] and result["parts"]["limits"]["results"]["rows"]
+    assert "ns/phase" in result["parts"]["timers"]["text"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), str(tmp_path / "r.json")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "CUDA is not available" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
