@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import platform
 import statistics
 import time
@@ -24,6 +23,7 @@ import gymnasium
 import torch
 from gymnasium.vector import AutoresetMode
 
+from benchutil import emit, figure, save_figure
 from rlperf.device import resolve_device, synchronize
 from rlperf.records import cpu_model
 from rlperf.single_snake import SnakeEnv
@@ -76,12 +76,7 @@ PEER_LABELS = {"sync": "gymnasium SyncVectorEnv", "async": "gymnasium AsyncVecto
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plt, fig, ax = figure()
     for flood in ("off", "tensor", "bfs"):
         rows = [r for r in results["tensor"] if r["flood_fill"] == flood]
         if rows:
@@ -102,10 +97,7 @@ def plot(results: dict, path: Path) -> None:
                  f"{results['date']}", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def summarize(rates: list[float]) -> dict[str, float]:
@@ -169,13 +161,10 @@ def main() -> None:
             if native:
                 row["native_ratio"] = native[0]["median"] / row["median"]
                 if not args.json:
-                    print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.0f}x")
+                    print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.1f}x")
     if args.plot:
         plot(results, args.plot)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
-    if args.json:
-        print(json.dumps(results, indent=2))
+    emit(results, args.out, args.json)
 
 
 if __name__ == "__main__":

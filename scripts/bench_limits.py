@@ -21,17 +21,15 @@ is set against the larger of the two. All figures are medians of ``--repeats``.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
-import time
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from benchutil import machine_info, measure, summarize
-from rlperf.device import resolve_device, synchronize
+from benchutil import emit, machine_info, measure, summarize
+from rlperf.device import resolve_device
 from rlperf.snake import VectorSnake
 
 
@@ -109,6 +107,7 @@ def main() -> None:
     parser.add_argument("--copy-mib", type=int, default=256, help="size of the bandwidth copy")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: library default)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument("--out", type=Path, help="also write the JSON results here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = [int(n) for n in args.n.split(",")]
@@ -140,8 +139,7 @@ def main() -> None:
             print(f"  flood={flood:6s} N={n:>8,}: {row['ops_per_step']:.0f} ops, {row['bytes_per_env_step']:.0f} B/env step, "
                   f"{row['env_steps_per_s']:,.0f} env steps/s ({row['fraction_of_limit']:.0%} of the {row['bound_by']} limit)",
                   file=sys.stderr, flush=True)
-    if args.json:
-        print(json.dumps(results, indent=2))
+    if emit(results, args.out, args.json):
         return
     m = results["machine"]
     print(f"\nVectorSnake.step, 10x10, features | {m['cpu']}, {m['cores']} cores{', ' + m['gpu'] if m['gpu'] else ''} | "

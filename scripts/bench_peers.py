@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from benchutil import machine_info, package_version, summarize
+from benchutil import emit, figure, machine_info, package_version, save_figure, summarize
 from rlperf.config import load_config
 
 DEFAULT_TARGETS = (2.0, 5.0, 10.0, 20.0)
@@ -206,12 +206,7 @@ def summarize_runs(runs: list[dict], targets: list[float]) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    plt, fig, ax = figure(figsize=(7.5, 4.5))
     for entry in results["entries"]:
         curve = entry["summary"]["curve"]
         ax.plot([p["wall_s"] for p in curve], [p["mean_score_100"] for p in curve], label=entry["label"])
@@ -223,10 +218,7 @@ def plot(results: dict, path: Path) -> None:
                  f"{m['cpu']}, {m['cores']} cores, torch {m['versions']['torch']}, {m['date']}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main() -> None:
@@ -300,10 +292,7 @@ def main() -> None:
                                                                 "bound": "at least"}
     if args.plot:
         plot(results, args.plot)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
-    if args.json:
-        print(json.dumps(results, indent=2))
+    if emit(results, args.out, args.json):
         return
 
     m = results["machine"]

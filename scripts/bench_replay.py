@@ -24,14 +24,14 @@ installed is reported as missing (``pip install -e ".[bench]"`` brings both).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchutil import machine_info, measure, spread, summarize
+from benchutil import emit, machine_info, measure, spread, summarize
 from rlperf.buffer import ReplayBuffer
 from rlperf.device import resolve_device
 from rlperf.snake import VectorSnake
@@ -157,6 +157,7 @@ def main() -> None:
     parser.add_argument("--min-time", type=float, default=0.1, help="seconds per repeat")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: library default)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument("--out", type=Path, help="also write the JSON results here")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")
     args = parser.parse_args()
     if args.quick:
@@ -195,8 +196,7 @@ def main() -> None:
             "sample": row["sample_us"]["median"] / ours["sample_us"]["median"],
             "push_plus_sample": row["push_plus_sample_us"] / ours["push_plus_sample_us"],
         }
-    if args.json:
-        print(json.dumps(results, indent=2))
+    if emit(results, args.out, args.json):
         return
 
     m = results["machine"]

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchutil import machine_info, summarize
+from benchutil import emit, figure, machine_info, save_figure, summarize
 
 
 def rss_mib(pid: int) -> float | None:
@@ -85,17 +85,12 @@ def windows(rows: list[dict]) -> list[dict]:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     longest = results["runs"][-1]
     example = longest["example"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    plt, fig, (left, right) = figure(2, figsize=(10, 4))
     w = [p for p in example["windows"] if p["updates"] > 0]  # after learning starts
-    left.plot([p["env_steps"] for p in w], [p["us_per_env_step"] for p in w], ".-", ms=3, label="µs per env step")
-    left.set_xlabel("env steps into the run")
+    left.plot([p["env_steps"] / 1e3 for p in w], [p["us_per_env_step"] for p in w], ".-", ms=3, label="µs per env step")
+    left.set_xlabel("thousand env steps into the run (after learning starts)")
     left.set_ylabel("µs per env step (window)")
     left.set_ylim(bottom=0)
     left.grid(alpha=0.3)
@@ -105,14 +100,11 @@ def plot(results: dict, path: Path) -> None:
     right.set_ylabel("resident memory, MiB")
     right.set_ylim(bottom=0)
     right.grid(alpha=0.3)
-    right.set_title("memory as the run grows", fontsize=9)
+    right.set_title("memory as the run grows (process start-up included)", fontsize=9)
     m = results["machine"]
     fig.suptitle(f"rlperf train --config {results['config']} | {m['cpu']}, {m['cores']} cores, "
                  f"torch {m['versions']['torch']} | {m['date']}", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main() -> None:
@@ -165,14 +157,11 @@ def main() -> None:
         results["ratios"]["rss_end_over_half"] = memory[-1] / memory[len(memory) // 2]
     if args.plot:
         plot(results, args.plot)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
-    if args.json:
-        print(json.dumps(results, indent=2))
+    if emit(results, args.out, args.json):
         return
     m = results["machine"]
     print(f"\nrlperf train --config {args.config} --episodes E | {m['cpu']}, {m['cores']} cores, torch {m['versions']['torch']}"
-          f" ({args.threads} thread) | {m['date']} | median of {args.repeats} (± half range)")
+          f" ({args.threads or 'default'} threads) | {m['date']} | median of {args.repeats} (± half range)")
     header = f"{'episodes':>8} {'env steps':>10} {'wall s':>8} {'ms/episode':>11} {'µs/env step':>12} {'peak RSS MiB':>13} {'score':>6}"
     print(header)
     print("-" * len(header))

@@ -7,11 +7,13 @@ this module by name.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import torch
 
@@ -89,3 +91,30 @@ def measure(fn: Callable[[], object], device: torch.device, repeats: int, min_ti
         synchronize(device)
         per_call.append((time.perf_counter() - started) / iters)
     return per_call
+
+
+def emit(results: dict, out: Path | None, as_json: bool) -> bool:
+    """Write ``results`` to ``--out`` if given and print them for ``--json``; True when printed."""
+    if out:
+        out.write_text(json.dumps(results, indent=2))
+    if as_json:
+        print(json.dumps(results, indent=2))
+    return as_json
+
+
+def figure(ncols: int = 1, figsize: tuple[float, float] = (7, 4.5)):
+    """A matplotlib figure on the file-only Agg backend: ``(plt, fig, axes)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=figsize)
+    return plt, fig, axes
+
+
+def save_figure(plt, fig, path: Path) -> None:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
