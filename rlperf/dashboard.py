@@ -26,7 +26,8 @@ class Dashboard:
         self.console = Console(stderr=True)
         self.live_mode = enabled and self.console.is_terminal
         self.refresh_s = refresh_s if self.live_mode else plain_every_s
-        self._last = 0.0
+        # Never drawn: the first update always draws (time.monotonic() can be small after a boot).
+        self._last = float("-inf")
         self._bar = Progress(
             TextColumn("[bold]train"), BarColumn(), TaskProgressColumn(), TextColumn(f"{{task.completed:,}}/{{task.total:,}} {unit}"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
