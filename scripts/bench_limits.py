@@ -28,7 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from benchutil import emit, machine_info, measure, summarize
+from benchutil import emit, print_header, machine_info, machine_line, measure, summarize
 from rlperf.device import resolve_device
 from rlperf.snake import VectorSnake
 
@@ -142,14 +142,12 @@ def main() -> None:
     if emit(results, args.out, args.json):
         return
     m = results["machine"]
-    print(f"\nVectorSnake.step, 10x10, features | {m['cpu']}, {m['cores']} cores{', ' + m['gpu'] if m['gpu'] else ''} | "
-          f"torch {m['versions']['torch']} ({m['torch_threads']} threads) | {m['date']}")
+    print(f"\nVectorSnake.step, 10x10, features | {machine_line(m)}")
     print(f"memory bandwidth (copy, read+write) {bw['median'] / 1e9:.1f} GB/s; per-op overhead {overhead['median'] * 1e6:.2f} µs"
           f"; medians of {args.repeats}")
     header = (f"{'flood':<7} {'N':>9} {'ops/step':>9} {'B/env step':>11} {'step µs':>9} {'env steps/s':>13} "
               f"{'ops×overhead µs':>16} {'bytes/bw µs':>12} {'limit steps/s':>14} {'of limit':>9}")
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for r in results["rows"]:
         print(f"{r['flood_fill']:<7} {r['n']:>9,} {r['ops_per_step']:>9.0f} {r['bytes_per_env_step']:>11.0f} "
               f"{r['step_s']['median'] * 1e6:>9.1f} {r['env_steps_per_s']:>13,.0f} {r['overhead_bound_s'] * 1e6:>16.1f} "

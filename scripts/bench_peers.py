@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from benchutil import emit, figure, machine_info, package_version, save_figure, summarize
+from benchutil import emit, print_header, figure, machine_info, machine_line, package_version, save_figure, summarize
 from rlperf.config import load_config
 
 DEFAULT_TARGETS = (2.0, 5.0, 10.0, 20.0)
@@ -215,7 +215,7 @@ def plot(results: dict, path: Path) -> None:
     ax.set_ylabel(f"mean score, last {WINDOW} episodes")
     m = results["machine"]
     ax.set_title(f"Snake {results['board']}x{results['board']}, {results['env_steps']:,} env steps each\n"
-                 f"{m['cpu']}, {m['cores']} cores, torch {m['versions']['torch']}, {m['date']}", fontsize=9)
+                 f"{machine_line(m)}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(plt, fig, path)
@@ -297,12 +297,10 @@ def main() -> None:
 
     m = results["machine"]
     print(f"\nSnake {cfg.env.size}x{cfg.env.size}, obs {cfg.env.obs} + flood fill, {steps:,} env steps per run | "
-          f"{m['cpu']}, {m['cores']} cores | torch {m['versions']['torch']} ({threads} threads), "
-          f"SB3 {m['versions'].get('stable-baselines3')} | {m['date']}")
+          f"{machine_line(m, threads)}")
     header = f"{'':38} {'wall s':>8} {'updates s':>9} {'other s':>8} {'env steps/s':>12} {'updates':>8} {'score':>6}" + "".join(
         f" {'t→' + format(t, 'g'):>12}" for t in targets)
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for entry in results["entries"]:
         s = entry["summary"]
         cells = []

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchutil import emit, machine_info, measure, spread, summarize
+from benchutil import emit, print_header, machine_info, machine_line, measure, spread, summarize
 from rlperf.buffer import ReplayBuffer
 from rlperf.device import resolve_device
 from rlperf.snake import VectorSnake
@@ -200,14 +200,11 @@ def main() -> None:
         return
 
     m = results["machine"]
-    print(f"replay buffers on {device} | {m['cpu']}, {m['cores']} cores{', ' + m['gpu'] if m['gpu'] else ''} | "
-          f"torch {m['versions']['torch']} ({m['torch_threads']} threads), SB3 {m['versions'].get('stable-baselines3', '-')}, "
-          f"TorchRL {m['versions'].get('torchrl', '-')} | {m['date']}")
+    print(f"replay buffers on {device} | {machine_line(m)}")
     print(f"capacity {args.capacity:,}, {args.n} transitions per push, batch {args.batch}, obs ({args.obs_dim},) float32; "
           f"µs per call, median of {args.repeats}")
     header = f"{'buffer':<42} {'push µs':>9} {'':>5} {'sample µs':>10} {'':>5} {'rlperf is ×faster (push / sample / both)':>42}"
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for row in results["libraries"]:
         s = row["rlperf_speedup"]
         print(f"{row['label']:<42} {row['push_us']['median']:>9.1f} {spread(row['push_us']):>5} "

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchutil import emit, figure, machine_info, save_figure, summarize
+from benchutil import emit, print_header, figure, machine_info, machine_line, save_figure, summarize
 
 
 def rss_mib(pid: int) -> float | None:
@@ -102,8 +102,7 @@ def plot(results: dict, path: Path) -> None:
     right.grid(alpha=0.3)
     right.set_title("memory as the run grows (process start-up included)", fontsize=9)
     m = results["machine"]
-    fig.suptitle(f"rlperf train --config {results['config']} | {m['cpu']}, {m['cores']} cores, "
-                 f"torch {m['versions']['torch']} | {m['date']}", fontsize=9)
+    fig.suptitle(f"rlperf train --config {results['config']} | {machine_line(m, results['threads'] or 'default')}", fontsize=9)
     save_figure(plt, fig, path)
 
 
@@ -160,11 +159,10 @@ def main() -> None:
     if emit(results, args.out, args.json):
         return
     m = results["machine"]
-    print(f"\nrlperf train --config {args.config} --episodes E | {m['cpu']}, {m['cores']} cores, torch {m['versions']['torch']}"
-          f" ({args.threads or 'default'} threads) | {m['date']} | median of {args.repeats} (± half range)")
+    print(f"\nrlperf train --config {args.config} --episodes E | {machine_line(m, args.threads or 'default')} | "
+          f"median of {args.repeats} (± half range)")
     header = f"{'episodes':>8} {'env steps':>10} {'wall s':>8} {'ms/episode':>11} {'µs/env step':>12} {'peak RSS MiB':>13} {'score':>6}"
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for r in results["runs"]:
         def pm(s, scale=1.0, fmt=".1f"):
             return f"{s['median'] * scale:{fmt}}±{(s['max'] - s['min']) * scale / 2:{fmt}}"

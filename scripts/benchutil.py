@@ -118,3 +118,19 @@ def save_figure(plt, fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def machine_line(machine: dict, threads: int | str | None = None) -> str:
+    """``AMD EPYC, 2 cores[, GPU] | torch 2.13.0+cpu (2 threads)[, SB3 …] | 2026-11-23`` for titles."""
+    versions = machine["versions"]
+    hardware = f"{machine['cpu']}, {machine['cores']} cores" + (f", {machine['gpu']}" if machine.get("gpu") else "")
+    peers = "".join(f", {label} {versions[name]}" for name, label in (("stable-baselines3", "SB3"), ("torchrl", "TorchRL"))
+                    if name in versions)
+    threads = machine["torch_threads"] if threads is None else threads
+    return f"{hardware} | torch {versions['torch']} ({threads} threads){peers} | {machine['date']}"
+
+
+def print_header(header: str) -> None:
+    """A table's header line and its rule."""
+    print(header)
+    print("-" * len(header))
