@@ -23,7 +23,7 @@ import gymnasium
 import torch
 from gymnasium.vector import AutoresetMode
 
-from benchutil import emit, figure, save_figure
+from benchutil import emit, figure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
 from rlperf.records import cpu_model
 from rlperf.single_snake import SnakeEnv
@@ -98,10 +98,6 @@ def plot(results: dict, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     save_figure(plt, fig, path)
-
-
-def summarize(rates: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "repeats": len(rates)}
 
 
 def main() -> None:

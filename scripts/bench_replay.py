@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ def make_data(count: int, n: int, obs_dim: int) -> list[dict[str, np.ndarray]]:
     ]
 
 
-def cycle(items: list) -> callable:
+def cycle(items: list) -> Callable[[], object]:
     """A function returning the items in turn, forever."""
     state = {"i": 0}
 

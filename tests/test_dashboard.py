@@ -25,3 +25,11 @@ def test_shares_and_extra_are_read_only_when_the_dashboard_redraws(capsys) -> No
 def test_disabled_dashboard_reads_nothing() -> None:
     board = Dashboard(100, "episodes", enabled=False)
     board.update(1, SNAPSHOT, lambda: 1 / 0, extra=lambda: 1 / 0)  # would raise if called
+
+
+def test_first_update_draws_even_just_after_boot(monkeypatch, capsys) -> None:
+    """time.monotonic() counts from boot: a throttle measured against 0 would swallow the first draw."""
+    monkeypatch.setattr("rlperf.dashboard.time.monotonic", lambda: 5.0)
+    board = Dashboard(100, "episodes", enabled=True, plain_every_s=3600)
+    board.update(3, SNAPSHOT)
+    assert capsys.readouterr().err.count("episodes 3") == 1
