@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlperf.heuristic import evaluate_heuristic
+from rlperf.env.heuristic import evaluate_heuristic
 
 
 def main() -> None:

@@ -95,11 +95,11 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
     """Actor weight sync per actor step, and the learner's publish, for each form."""
     import torch
 
-    from rlperf.actor_learner import CTRL_SEQ, Plan, PolicySync, layout_for, publish_weights, shared_qnetwork, shared_views
+    from rlperf.run.learner import CTRL_SEQ, Plan, PolicySync, layout_for, publish_weights, shared_qnetwork, shared_views
     from rlperf.config import config_from
     from rlperf.dqn import QNetwork
-    from rlperf.shm import Segment, SeqLock, new_run_id, segment_name
-    from rlperf.snake import observation_shape
+    from rlperf.run.shm import Segment, SeqLock, new_run_id, segment_name
+    from rlperf.env.vector import observation_shape
 
     torch.set_num_threads(1)
     rows = []
@@ -146,7 +146,7 @@ def micro_sample(capacity: int, obs: int, batch: int) -> list[tuple[str, str, fl
     """One learner sample from a full replay: the seed's locked ring vs the per-actor rings (no writers)."""
     import multiprocessing as mp
 
-    from rlperf.shm import Layout, ReplayReader, Segment, new_run_id, replay_fields, segment_name
+    from rlperf.run.shm import Layout, ReplayReader, Segment, new_run_id, replay_fields, segment_name
 
     rows = []
     for mode, rings in (("locked", 1), ("lockfree", 2)):
@@ -168,8 +168,8 @@ def _publisher(name: str, fields: dict, count: int, seed: int) -> None:
     """Publishes ``count`` times at random 0.5-3 ms intervals, stamping each with CLOCK_MONOTONIC."""
     import numpy as np
 
-    from rlperf.actor_learner import wake
-    from rlperf.shm import Layout, Segment
+    from rlperf.run.learner import wake
+    from rlperf.run.shm import Layout, Segment
 
     seg = Segment(name, Layout(fields), create=False)
     rng = np.random.default_rng(seed)
@@ -198,7 +198,7 @@ def micro_wakeup(count: int = 1500) -> list[tuple[str, str, float]]:
 
     import numpy as np
 
-    from rlperf.shm import Layout, Segment, new_run_id, segment_name
+    from rlperf.run.shm import Layout, Segment, new_run_id, segment_name
 
     ctx = mp.get_context("spawn")
     rows = []
@@ -241,7 +241,7 @@ def _contending_writer(name: str, fields: dict, ring: int, cap: int, chunk: int,
                        out: Any) -> None:
     import numpy as np
 
-    from rlperf.shm import Layout, RingWriter, Segment
+    from rlperf.run.shm import Layout, RingWriter, Segment
 
     seg = Segment(name, Layout(fields), create=False)
     obs_w = fields["obs"][0][1]
@@ -260,7 +260,7 @@ def micro_contention(writers: int, seconds: float, capacity: int, obs: int, batc
     """Writers at full speed and the learner sampling at full speed: what the lock costs each side."""
     import multiprocessing as mp
 
-    from rlperf.shm import Layout, ReplayReader, Segment, new_run_id, replay_fields, segment_name
+    from rlperf.run.shm import Layout, ReplayReader, Segment, new_run_id, replay_fields, segment_name
 
     ctx = mp.get_context("spawn")
     rows = []
@@ -304,7 +304,7 @@ def run_micro(args: argparse.Namespace) -> dict[str, Any]:
     from rich.table import Table
 
     from rlperf.config import config_from
-    from rlperf.snake import observation_shape
+    from rlperf.env.vector import observation_shape
 
     cfg = config_from(args.config, ["run.mode=async"])
     obs = int(__import__("numpy").prod(observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)))
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.micro:
         result = run_micro(args)
         if args.json_path:
-            from rlperf.records import system_info
+            from rlperf.run.files import system_info
 
             Path(args.json_path).write_text(json.dumps({"args": vars(args), "system": system_info("cpu"), **result}, indent=2))
         return 0
@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from rlperf.config import config_from
-    from rlperf.records import system_info
-    from rlperf.runner import train_run
+    from rlperf.run.files import system_info
+    from rlperf.run.lifecycle import train_run
 
     console = Console(stderr=True)
     # One intra-op thread per process everywhere: async actors always use one, and a sync loop or a

@@ -25,9 +25,9 @@ from gymnasium.vector import AutoresetMode
 
 from benchutil import emit, figure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
-from rlperf.records import cpu_model
-from rlperf.single_snake import SnakeEnv
-from rlperf.snake import VectorSnake
+from rlperf.run.files import cpu_model
+from rlperf.env.single import SnakeEnv
+from rlperf.env.vector import VectorSnake
 
 
 def time_vector_snake(n: int, device: torch.device, flood_fill: str, steps: int, repeats: int, obs: str = "features") -> list[float]:

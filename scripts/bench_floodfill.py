@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from rlperf import floodfill
+from rlperf.env import floodfill
 from rlperf.device import resolve_device, synchronize
 
 STEPS = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])

@@ -23,7 +23,6 @@ and a per-step minimum would pick the steps it happened not to sample.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import platform
@@ -31,16 +30,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from time import perf_counter
 
 import torch
 
 from rlperf.config import Config, config_from
-from rlperf.profilers import CProfiler, GcMonitor, TorchProfiler, find_pyspy, pyspy_command, pyspy_env, torch_window
-from rlperf.records import cpu_model
-from rlperf.runner import RunHooks, train_run
+from rlperf.instruments.profiling import Instruments
+from rlperf.instruments.profilers import find_pyspy, pyspy_command, pyspy_env
+from rlperf.run.files import cpu_model
+from rlperf.run.lifecycle import train_run
 
 IN_PROCESS = ("timers off", "phase timers", "+ cProfile", "+ torch.profiler")
 
@@ -52,39 +50,12 @@ def build(config: str, steps: int, overrides: list[str], timing: str) -> Config:
 
 def loop_steps(cfg: Config, variant: str) -> list[float]:
     """One run of ``variant``: the wall seconds of each vector step after warm-up (the last one excluded)."""
-    stamps: list[float] = []
-    cprof = CProfiler() if variant == "+ cProfile" else None
-    gc_monitor = GcMonitor() if variant == "+ cProfile" else None
-    torch_prof = None
     with tempfile.TemporaryDirectory(prefix="rlperf-bench-") as tmp:
-        if variant == "+ torch.profiler":
-            t = cfg.train
-            window = torch_window(t.warmup_steps, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size,
-                                  math.ceil(t.steps / cfg.env.num_envs), t.train_ratio)
-            device = "cuda" if torch.cuda.is_available() and cfg.run.device != "cpu" else "cpu"
-            torch_prof = TorchProfiler(device, window, Path(tmp) / "trace.json")
-
-        @contextlib.contextmanager
-        def around() -> Iterator[None]:
-            with contextlib.ExitStack() as stack:
-                if gc_monitor is not None:
-                    stack.enter_context(gc_monitor.running())
-                if torch_prof is not None:
-                    stack.enter_context(torch_prof.running())
-                stamps.append(perf_counter())
-                if cprof is not None:
-                    stack.enter_context(cprof.running())
-                yield
-
-        def on_step() -> None:
-            stamps.append(perf_counter())
-            if torch_prof is not None:
-                torch_prof.step()
-
-        hooks = RunHooks(around_loop=around, on_step=on_step, annotate_phases=torch_prof is not None)
-        train_run(cfg, out=tmp, quiet=True, dashboard=False, kind="bench", hooks=hooks)
+        inst = Instruments(cfg, cprofile=variant == "+ cProfile", gc=variant == "+ cProfile",
+                           torch=variant == "+ torch.profiler", trace_path=Path(tmp) / "trace.json")
+        train_run(cfg, out=tmp, quiet=True, dashboard=False, kind="bench", hooks=inst.hooks())
     warm = cfg.train.warmup_steps
-    return [b - a for a, b in zip(stamps[warm:-2], stamps[warm + 1:-1])]
+    return inst.step_durations()[warm:-1]
 
 
 def child_steps(args: argparse.Namespace, pyspy: str | None) -> list[float]:

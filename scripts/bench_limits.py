@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from benchutil import emit, print_header, machine_info, machine_line, measure, summarize
 from rlperf.device import resolve_device
-from rlperf.snake import VectorSnake
+from rlperf.env.vector import VectorSnake
 
 
 class OpTally(TorchDispatchMode):

@@ -35,7 +35,7 @@ import torch
 from benchutil import emit, print_header, machine_info, machine_line, measure, spread, summarize
 from rlperf.buffer import ReplayBuffer
 from rlperf.device import resolve_device
-from rlperf.snake import VectorSnake
+from rlperf.env.vector import VectorSnake
 
 NUM_ACTIONS = 3
 

@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
-from rlperf import advisor
-from rlperf.advisor import RULES, Finding, VerifyBase, advise, no_finding_reason, render_findings
+from rlperf.instruments import advisor
+from rlperf.instruments.advisor import RULES, Finding, VerifyBase, advise, no_finding_reason
+from rlperf.report.profile import render_findings
 from rlperf.config import config_from, config_to_dict
-from rlperf.profilers import CallStats
-from rlperf.report import render_to_str
+from rlperf.instruments.profilers import CallStats
+from rlperf.report.tables import render_to_str
 
-RLPERF = advisor.__file__.rsplit("/", 1)[0]
+RLPERF = advisor.__file__.rsplit("/", 2)[0]
 
 
 def phases(**seconds: float) -> dict[str, dict[str, Any]]:
@@ -49,12 +50,12 @@ NAIVE_CALLS = calls({
     ("~", "<method 'item' of 'torch._C.TensorBase' objects>"): (10560, 0.5, 0.5),
     ("dqn.py", "update"): (800, 1.0, 40.0),
     ("buffer.py", "sample"): (800, 6.0, 12.0),
-    ("snake.py", "step"): (110, 0.1, 10.0),
-    ("floodfill.py", "reachable_bfs"): (110, 0.1, 9.0),
-    ("floodfill.py", "bfs_count"): (10560, 8.5, 8.8),
+    ("env/vector.py", "step"): (110, 0.1, 10.0),
+    ("env/floodfill.py", "reachable_bfs"): (110, 0.1, 9.0),
+    ("env/floodfill.py", "bfs_count"): (10560, 8.5, 8.8),
     ("dqn.py", "_update_target"): (800, 0.01, 2.5),
     ("torch/nn/modules/module.py", "load_state_dict"): (8, 0.1, 2.4),
-    ("runner.py", "on_log"): (110, 0.1, 0.9),
+    ("run/lifecycle.py", "on_log"): (110, 0.1, 0.9),
 })
 
 KNOBS_NAIVE = {"buffer.push=batch", "train.train_ratio=4", "env.flood_fill=tensor"}
@@ -85,7 +86,7 @@ def test_naive_evidence_names_push_ratio_and_bfs_ranked_by_saving() -> None:
 def test_fast_config_names_none_of_the_seed_001_bottlenecks() -> None:
     fast = record("fast")
     fast_calls = calls({("dqn.py", "update"): (800, 1.0, 40.0), ("buffer.py", "sample"): (800, 0.5, 1.0),
-                        ("snake.py", "step"): (110, 0.1, 10.0)})
+                        ("env/vector.py", "step"): (110, 0.1, 10.0)})
     found = knobs(advise(fast, fast_calls, {"share_of_loop": 0.001}))
     assert not found & KNOBS_NAIVE
     assert not found & {"buffer.storage=tensor", "agent.target_update=soft", "train.log_every=100", "train.gc=freeze"}
@@ -152,7 +153,7 @@ def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gym_backend_rule() -> None:
     gym = record("default", ("env.backend=gym-sync",), select=1.0, step=30.0, push=1.0, train=10.0, log=0.2)
-    f = next(f for f in advise(gym, calls({("single_snake.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor")
+    f = next(f for f in advise(gym, calls({("env/single.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor")
     assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.seed == "003"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlperf.shm import (
+from rlperf.run.shm import (
     Layout,
     ReplayReader,
     RingWriter,
@@ -180,7 +180,7 @@ def _assert_clean(record: dict) -> None:
 
 def test_async_run_learns_and_keeps_the_record_layout(tmp_path: Path) -> None:
     """All fast forms: learning clearly beats a random policy (mean score ~0.14 on 6x6)."""
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     sync = train_run(_smoke(tmp_path, "run.mode=sync", "train.steps=100"), out=tmp_path, quiet=True).record
     # ε decays over env steps and the actor out-runs a CPU learner, so exploration must last.
@@ -206,7 +206,7 @@ def test_async_run_learns_and_keeps_the_record_layout(tmp_path: Path) -> None:
 
 def test_async_run_with_every_seed_form(tmp_path: Path) -> None:
     """The seed's system: one locked ring, a polling learner, weight checks and state-dict publishing."""
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     cfg = _smoke(tmp_path, "train.steps=12000", "async.buffer=locked", "async.wait=sleep",
                  "async.weight_check=on", "async.publish=state_dict", "async.publish_every=2")
@@ -225,7 +225,7 @@ def test_async_run_with_every_seed_form(tmp_path: Path) -> None:
 
 def test_async_refuses_settings_it_cannot_honour(tmp_path: Path) -> None:
     from rlperf.errors import ConfigError
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     for override, words in (("env.backend=gym-sync", "env.backend"), ("buffer.storage=list", "buffer.storage"),
                             ("buffer.capacity=40", "buffer.capacity")):
@@ -236,7 +236,7 @@ def test_async_refuses_settings_it_cannot_honour(tmp_path: Path) -> None:
 
 def test_async_run_with_the_dashboard_on_prints_async_figures(tmp_path: Path, capsys) -> None:
     """The dashboard (not --quiet) draws the async metrics line; every async test above runs quiet."""
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     cfg = _smoke(tmp_path, "async.actors=1", "train.steps=3000", "train.log_every=5")
     result = train_run(cfg, out=tmp_path, quiet=False, dashboard=True)

@@ -20,8 +20,8 @@ import numpy as np
 import psutil
 import pytest
 
-from rlperf.actor_learner import RUNNING, SLOT
-from rlperf.shm import SHM_DIR, cleanup_stale
+from rlperf.run.learner import RUNNING, SLOT
+from rlperf.run.shm import SHM_DIR, cleanup_stale
 
 START_TIMEOUT_S = 180  # two cold torch imports on a busy 2-core CI box
 
@@ -50,10 +50,10 @@ class Run:
 
     def slots(self) -> np.ndarray | None:
         """The actors' status slots, read from the run's segment (read-only, like any observer)."""
-        from rlperf.actor_learner import layout_for
+        from rlperf.run.learner import layout_for
         from rlperf.config import config_from
         from rlperf.dqn import QNetwork
-        from rlperf.snake import observation_shape
+        from rlperf.env.vector import observation_shape
 
         found = list(Path(SHM_DIR).glob(f"rlperf_{self.proc.pid}_*_run"))
         if not found:

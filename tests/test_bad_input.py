@@ -17,8 +17,8 @@ import torch
 
 from rlperf import cli
 from rlperf.config import config_from
-from rlperf.records import write_json_atomic
-from rlperf.runner import train_run
+from rlperf.run.files import write_json_atomic
+from rlperf.run.lifecycle import train_run
 
 
 @dataclass(frozen=True)

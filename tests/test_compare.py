@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rlperf.cli import main
-from rlperf.compare import Side, compare, compare_table, format_number, pick_unit
-from rlperf.records import read_record
-from rlperf.report import render_to_str
+from rlperf.experiments.compare import Side, compare, compare_table
+from rlperf.report.units import format_number, pick_unit
+from rlperf.run.files import read_record
+from rlperf.report.tables import render_to_str
 
 TINY_TOML = """
 [run]

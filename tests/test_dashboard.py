@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlperf.dashboard import Dashboard
+from rlperf.report.dashboard import Dashboard
 
 SNAPSHOT = {"episodes": 3, "env_steps_per_s": 100.0, "updates_per_s": 2.0, "mean_score": 1.5, "epsilon": 0.5, "loss": 0.1}
 
@@ -29,7 +29,7 @@ def test_disabled_dashboard_reads_nothing() -> None:
 
 def test_first_update_draws_even_just_after_boot(monkeypatch, capsys) -> None:
     """time.monotonic() counts from boot: a throttle measured against 0 would swallow the first draw."""
-    monkeypatch.setattr("rlperf.dashboard.time.monotonic", lambda: 5.0)
+    monkeypatch.setattr("rlperf.report.dashboard.time.monotonic", lambda: 5.0)
     board = Dashboard(100, "episodes", enabled=True, plain_every_s=3600)
     board.update(3, SNAPSHOT)
     assert capsys.readouterr().err.count("episodes 3") == 1

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlperf import floodfill
-from rlperf.floodfill import PACKED_MAX_SIZE, reachable_bfs, reachable_tensor
+from rlperf.env import floodfill
+from rlperf.env.floodfill import PACKED_MAX_SIZE, reachable_bfs, reachable_tensor
 
 STEPS = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])
 SIZES = [4, 5, 10, 16, 70]  # 70 > PACKED_MAX_SIZE: the bool-dilation fallback

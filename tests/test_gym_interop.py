@@ -9,9 +9,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import rlperf  # noqa: F401  (registers rlperf/Snake-v0)
-from rlperf.backends import GymVectorBackend, make_env
-from rlperf.single_snake import SnakeEnv
-from rlperf.snake import VectorSnake
+from rlperf.env.backends import GymVectorBackend, make_env
+from rlperf.env.single import SnakeEnv
+from rlperf.env.vector import VectorSnake
 
 ENV_ID = "rlperf/Snake-v0"
 UP = 0
@@ -33,8 +33,8 @@ def safe_action(state: dict, size: int) -> int:
 
 def test_import_registers_both_entry_points():
     spec = gymnasium.spec(ENV_ID)
-    assert spec.entry_point == "rlperf.single_snake:SnakeEnv"
-    assert spec.vector_entry_point == "rlperf.snake:VectorSnake"
+    assert spec.entry_point == "rlperf.env.single:SnakeEnv"
+    assert spec.vector_entry_point == "rlperf.env.vector:VectorSnake"
 
 
 def test_make_single_board_env_with_kwargs():

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlperf.config import config_from
-from rlperf.heuristic import evaluate_heuristic, greedy_actions
-from rlperf.runner import train_run
-from rlperf.snake import VectorSnake
+from rlperf.env.heuristic import evaluate_heuristic, greedy_actions
+from rlperf.run.lifecycle import train_run
+from rlperf.env.vector import VectorSnake
 
 
 def random_policy_score(size: int, episodes: int = 400) -> float:

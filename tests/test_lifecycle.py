@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 import torch
 
-from rlperf import cli, runner
+from rlperf import cli
+from rlperf.run import lifecycle as runner
 from rlperf.config import config_from
 from rlperf.errors import RlperfError
-from rlperf.records import read_record
-from rlperf.runner import RunHooks, train_run
+from rlperf.run.files import read_record
+from rlperf.run.lifecycle import RunHooks, train_run
 
 # A smoke-sized run long enough to be interrupted mid-learning: 250 vector steps, a log row every 10.
 STEPS = 4000
@@ -294,7 +295,7 @@ def test_a_run_in_use_cannot_be_resumed(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent("""
     import sys, torch
-    from rlperf.records import save_torch_atomic, write_json_atomic
+    from rlperf.run.files import save_torch_atomic, write_json_atomic
     folder = sys.argv[1]
     version = 0
     while True:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlperf.cli import main
-from rlperf.profilers import CallStats, find_pyspy
+from rlperf.instruments.profilers import CallStats, find_pyspy
 
 ROOT = Path(__file__).resolve().parents[1]
 # The naive config scaled down: 64 boards, 8 updates per vector step, a narrower network and an
@@ -80,7 +80,7 @@ def test_naive_names_the_seed_001_bottlenecks_with_evidence_and_consistent_count
     calls = CallStats.load(run_dir / "profile.prof")
     totals = record["totals"]
     assert totals["vector_steps"] == 50
-    assert calls.count("step", "rlperf/snake.py") == totals["vector_steps"]  # env step once per vector step
+    assert calls.count("step", "rlperf/env/vector.py") == totals["vector_steps"]  # env step once per vector step
     assert calls.count("run_loop", "rlperf/dqn.py") == 1
     assert calls.count("update", "rlperf/dqn.py") == totals["updates"] > 0
     assert calls.count("_push_one", "rlperf/buffer.py") == totals["env_steps"]

@@ -13,8 +13,8 @@ import pytest
 
 from rlperf.config import config_from
 from rlperf.errors import RlperfError
-from rlperf.records import read_record
-from rlperf.sweep import Axis, run_sweep
+from rlperf.run.files import read_record
+from rlperf.experiments.sweep import Axis, run_sweep
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra 'ray' (pip install 'rlperf[ray]')")
 pytest.importorskip("ray.tune")

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import rlperf
-from rlperf import records
+from rlperf.run import files as records
 from rlperf.errors import RlperfError
-from rlperf.records import (
+from rlperf.run.files import (
     SCHEMA,
     MetricsCSV,
     make_run_dir,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlperf.report import phase_shares_text, phase_table, render_to_str, summary_table
+from rlperf.report.tables import phase_table, render_to_str, summary_table
 from rlperf.timers import PHASES, PhaseTimer
 
 
@@ -96,7 +96,3 @@ def test_render_to_str_is_plain_text() -> None:
     text = render_to_str(phase_table(PHASE_DATA), width=80)
     assert "\x1b[" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
-
-
-def test_phase_shares_text() -> None:
-    assert phase_shares_text(PHASE_DATA).plain == "select 10.0% · step 30.0% · push 10.0% · train 45.0% · log 5.0%"

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import rlperf  # noqa: F401  (registers rlperf/Snake-v0)
-from rlperf.single_snake import DELTAS, SnakeEnv, render_board
+from rlperf.env.single import DELTAS, SnakeEnv, render_board
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 STRAIGHT, TURN_RIGHT, TURN_LEFT = 0, 1, 2

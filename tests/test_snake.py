@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from rlperf.errors import DeviceError
-from rlperf.single_snake import SnakeEnv, render_board
-from rlperf.snake import VectorSnake
+from rlperf.env.single import SnakeEnv, render_board
+from rlperf.env.vector import VectorSnake
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 STRAIGHT, TURN_RIGHT, TURN_LEFT = 0, 1, 2

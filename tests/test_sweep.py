@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import rlperf.runner
+import rlperf.run.lifecycle
 from rlperf.cli import main
-from rlperf.compare import format_number, pick_unit
+from rlperf.report.units import format_number, pick_unit
 from rlperf.config import config_from
 from rlperf.errors import ConfigError
-from rlperf.records import read_record
-from rlperf.sweep import Axis, run_sweep, split_values
+from rlperf.run.files import read_record
+from rlperf.experiments.sweep import Axis, run_sweep, split_values
 
 TINY = ["--config", "smoke", "--steps", "256", "--device", "cpu", "--set", "train.learning_starts=64",
         "--set", "train.checkpoint=false", "--set", "run.threads=1", "--set", "train.log_every=8"]
@@ -106,14 +106,14 @@ def test_invalid_grid_point_fails_alone(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_injected_failure_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = rlperf.runner.train_run
+    real = rlperf.run.lifecycle.train_run
 
     def flaky(cfg, **kwargs):
         if cfg.buffer.push == "loop":
             raise RuntimeError("injected failure")
         return real(cfg, **kwargs)
 
-    monkeypatch.setattr(rlperf.runner, "train_run", flaky)
+    monkeypatch.setattr(rlperf.run.lifecycle, "train_run", flaky)
     events = []
     result = run_sweep(tiny_config(), [Axis("buffer.push", ("loop", "batch"))], out=tmp_path,
                        on_trial=lambda event, t: events.append((event, t.name, t.status)))
@@ -129,16 +129,16 @@ def test_injected_failure_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monk
 
 def test_ctrl_c_keeps_finished_trials_and_the_partial_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    real = rlperf.runner.train_run
+    real = rlperf.run.lifecycle.train_run
     calls = []
 
     def interrupted_second(cfg, **kwargs):
         calls.append(cfg)
         if len(calls) == 2:  # Ctrl-C during the second trial's loop: the runner stops it cleanly
-            kwargs["hooks"] = rlperf.runner.RunHooks(on_step=lambda: os.kill(os.getpid(), signal.SIGINT))
+            kwargs["hooks"] = rlperf.run.lifecycle.RunHooks(on_step=lambda: os.kill(os.getpid(), signal.SIGINT))
         return real(cfg, **kwargs)
 
-    monkeypatch.setattr(rlperf.runner, "train_run", interrupted_second)
+    monkeypatch.setattr(rlperf.run.lifecycle, "train_run", interrupted_second)
     code, out, err = run_cli(["sweep", *TINY, "--train-ratio", "1,2,4", "--out", str(tmp_path)], capsys)
     assert code == 130
     (sweep_dir,) = tmp_path.iterdir()

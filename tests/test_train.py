@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlperf import cli, records
+from rlperf import cli
+from rlperf.run import files as records
 from rlperf.config import config_from, config_to_dict, load_config
-from rlperf.records import read_record
-from rlperf.runner import METRICS_FIELDS, train_run
+from rlperf.run.files import read_record
+from rlperf.run.lifecycle import METRICS_FIELDS, train_run
 from rlperf.timers import PHASES
 
 TINY = ["-c", "smoke", "--set", "run.device=cpu", "--set", "run.threads=1"]

@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlperf.errors import ConfigError
-from rlperf.floodfill import bfs_count
+from rlperf.env.floodfill import bfs_count
 
 Cell = tuple[int, int]
 

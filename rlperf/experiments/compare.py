@@ -29,13 +29,13 @@ from rich.text import Text
 
 from rlperf.config import Config, apply_overrides
 from rlperf.errors import RlperfError
-from rlperf.records import RECORD_NAME, make_run_dir, read_record
+from rlperf.report.stats import SPREAD_RULE, Summary, is_number, overlaps, summarize
+from rlperf.report.units import MISSING, format_number, pick_unit
+from rlperf.run.files import RECORD_NAME, make_run_dir, read_record
 from rlperf.timers import PHASES
 
 SCHEMA = 1
 NOISE_MIN_SAMPLES = 3
-SPREAD_RULE = "median ± half the min–max range"
-MISSING = "–"
 
 
 def _device(system: Mapping[str, Any]) -> str:
@@ -50,115 +50,6 @@ COMPARABLE: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
     ("torch version", lambda system: str(system.get("torch"))),
     ("thread count", lambda system: str(system.get("torch_threads"))),
 )
-
-
-# -- statistics ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Summary:
-    """A column's samples of one metric: median and spread (half the min–max range)."""
-
-    samples: tuple[float, ...]
-    median: float
-    spread: float
-    lo: float
-    hi: float
-
-    @property
-    def n(self) -> int:
-        return len(self.samples)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"median": self.median, "spread": self.spread, "min": self.lo, "max": self.hi, "n": self.n,
-                "samples": list(self.samples)}
-
-
-def summarize(samples: Sequence[float | None]) -> Summary | None:
-    """Median and spread of the numeric samples; None when there are none."""
-    xs = tuple(float(x) for x in samples if _is_number(x))
-    if not xs:
-        return None
-    lo, hi = min(xs), max(xs)
-    return Summary(xs, statistics.median(xs), (hi - lo) / 2, lo, hi)
-
-
-def overlaps(a: Summary, b: Summary) -> bool:
-    """Whether two columns' min–max ranges overlap: their difference is inside the noise."""
-    return a.lo <= b.hi and b.lo <= a.hi
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-# -- units and digits ---------------------------------------------------------------------------
-
-_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
-    # (scale, unit), largest first; a row takes the largest unit its smallest value reaches.
-    "rate": ((1e9, "G/s"), (1e6, "M/s"), (1e3, "k/s"), (1.0, "/s")),
-    "seconds": ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")),
-    "memory": ((1024.0, "GiB"), (1.0, "MiB")),
-    "score": ((1.0, ""),),
-    "share": ((0.01, "%"),),
-}
-
-
-def pick_unit(kind: str, values: Sequence[float]) -> tuple[float, str]:
-    """The (scale, unit) for a row of ``kind``: the largest unit in which the smallest magnitude is
-    still ≥ 1 (for times, the next one up when the largest would need five digits)."""
-    units = _UNITS[kind]
-    magnitudes = [abs(v) for v in values if _is_number(v) and v != 0]
-    if not magnitudes:
-        return units[-1] if kind != "seconds" else units[0]
-    smallest, largest = min(magnitudes), max(magnitudes)
-    for i, (scale, unit) in enumerate(units):
-        if smallest >= scale:
-            # Times go one unit up when the largest would need five digits (42,000 µs → 42 ms beside
-            # 0.9 ms); rates read fine as 13,800 /s beside 700 /s.
-            if kind == "seconds" and i > 0 and largest / scale >= 10_000:
-                return units[i - 1]
-            return scale, unit
-    return units[-1]
-
-
-def format_number(value: float, spread: float | None = None, scale: float = 1.0, signed: bool = False,
-                  compact: bool = False, show_spread: bool = True) -> str:
-    """``value`` (and ``± spread``) in ``scale`` units, with digits trimmed to what the spread supports.
-
-    With a spread the last digit shown is the spread's first significant digit
-    (12345 ± 234 → "12,300 ± 200") but never less than the value's own first digit (3 ± 14 → "3");
-    without one, three significant digits. Never exponent form.
-    ``compact`` drops the spaces around ±; ``show_spread=False`` shows only the trimmed value.
-    """
-    v = value / scale
-    sign = "+" if signed and v > 0 else ""
-    if spread is not None and spread > 0:
-        s = spread / scale
-        decimals = _decimals(s, 1) if v == 0 else max(_decimals(s, 1), _decimals(v, 1))
-        s_shown = round(s, decimals)
-        text = sign + _fixed(round(v, decimals), decimals)
-        if not show_spread:
-            return text
-        pm = "±" if compact else " ± "
-        return f"{text}{pm}{_fixed(s_shown, decimals)}"
-    if v == 0:
-        return "0"
-    decimals = _decimals(v, 3)
-    return sign + _fixed(round(v, decimals), decimals)
-
-
-def _decimals(x: float, significant: int) -> int:
-    """Decimal places that show ``x`` to ``significant`` digits (negative: round left of the point)."""
-    decimals = significant - 1 - math.floor(math.log10(abs(x)))
-    if abs(round(x, decimals)) >= 10 ** (significant - decimals):  # 0.0996 rounds up to 0.100
-        decimals -= 1
-    return decimals
-
-
-def _fixed(x: float, decimals: int) -> str:
-    text = f"{x:,.{max(decimals, 0)}f}"
-    return "0" if text in ("-0", "-0.0") or re.fullmatch(r"-0\.0+", text) else text
 
 
 # -- metrics ------------------------------------------------------------------------------------
@@ -181,7 +72,7 @@ class Metric:
             if not isinstance(node, Mapping):
                 return None
             node = node.get(part)
-        return float(node) if _is_number(node) else None
+        return float(node) if is_number(node) else None
 
 
 def phase_metric(name: str) -> Metric:
@@ -348,17 +239,6 @@ def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") 
     return table
 
 
-def print_table(table: Table) -> None:
-    """Print to stdout; on a pipe or a file, at the table's natural width instead of truncating to 80."""
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        natural = console.measure(table, options=console.options.update_width(1000)).maximum
-        console.width = max(console.width, natural)
-    console.print(table)
-
-
 def _render_row(row: Mapping[str, Any]) -> list[Text | str]:
     cells = row["cells"]
     scale, unit = pick_unit(row["kind"], [c["median"] for c in cells if c])
@@ -502,7 +382,7 @@ def run_sources(
     ``on_run(label, repeat, event)`` is told "start" and "done". Returns (sides, interrupted):
     after Ctrl-C the sides hold the runs that finished.
     """
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     if repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")

@@ -34,10 +34,12 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rlperf.compare import MISSING, SPREAD_RULE, format_number, pick_unit, run_isolation, summarize, variant
+from rlperf.experiments.compare import run_isolation, variant
+from rlperf.report.stats import SPREAD_RULE, summarize
+from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.config import Config, apply_overrides, config_to_dict, flat_keys, loads_config, to_toml
 from rlperf.errors import ConfigError, RlperfError
-from rlperf.records import make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.run.files import make_run_dir, read_record, write_json_atomic, write_text_atomic
 from rlperf.timers import PHASES
 
 SCHEMA = 1
@@ -281,7 +283,7 @@ def run_sweep(
 
 
 def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     for t in trials:
         if t.status != "pending":  # its config was refused: already failed, reported in grid order
@@ -460,7 +462,7 @@ def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_d
     """The Ray Tune function trainable: one normal run, its record reported back to the driver."""
     from ray import tune
 
-    from rlperf.runner import train_run
+    from rlperf.run.lifecycle import train_run
 
     os.chdir(cwd)  # Tune starts trials in their own directory; runs record the user's (git revision, paths)
     toml_text, name = specs[config["trial"]]
@@ -497,7 +499,7 @@ def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis]) -> list[dict
 
 def write_outputs(result: SweepResult) -> None:
     """sweep.json, sweep.csv and sweep.png in the sweep directory (each written atomically)."""
-    from rlperf.plots import sweep_plot
+    from rlperf.report.plots import sweep_plot
 
     data = result.data()
     write_json_atomic(result.sweep_dir / "sweep.json", data)

@@ -30,7 +30,7 @@ def greedy_actions(obs: torch.Tensor) -> torch.Tensor:
 def evaluate_heuristic(size: int = 10, num_envs: int = 256, episodes: int = 1000, seed: int = 0,
                        device: str = "cpu") -> dict[str, float]:
     """Play ``episodes`` episodes with the heuristic; mean/max score and mean length."""
-    from rlperf.snake import VectorSnake
+    from rlperf.env.vector import VectorSnake
 
     env = VectorSnake(num_envs=num_envs, size=size, device=device)
     obs, _ = env.reset(seed=seed)

@@ -4,7 +4,7 @@ K actor processes (spawn start method, CPU, one torch thread each) step their ow
 (``async.envs_per_actor`` boards) with a local copy of the policy and write transitions into a
 shared-memory replay. The main process is the learner: it samples, trains the same DQN
 (:class:`rlperf.dqn.Agent`) and publishes weights with a version counter. Everything the processes
-share lives in one segment (:mod:`rlperf.shm`): a control block (stop flag, weight seqlock, learner
+share lives in one segment (:mod:`rlperf.run.shm`): a control block (stop flag, weight seqlock, learner
 update count), one stats slot per actor (PufferLib's per-worker status flag, plus counters and
 phase timings), per-actor finished-episode rings, the weights, and the replay.
 
@@ -56,11 +56,11 @@ import numpy as np
 import torch
 
 from rlperf.config import Config
-from rlperf.dashboard import Dashboard
+from rlperf.report.dashboard import Dashboard
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
 from rlperf.errors import ConfigError
-from rlperf.shm import Layout, ReplayLockTimeout, ReplayReader, RingWriter, Segment, SeqLock, replay_fields, segment_name
-from rlperf.snake import VectorSnake, observation_shape
+from rlperf.run.shm import Layout, ReplayLockTimeout, ReplayReader, RingWriter, Segment, SeqLock, replay_fields, segment_name
+from rlperf.env.vector import VectorSnake, observation_shape
 
 ACTOR_PHASES = ("sync", "select", "step", "push")
 # Per-actor stats slot (float64; counters stay exact up to 2**53).
@@ -439,10 +439,10 @@ class Learner:
 
     def run(self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool,
             kind: str) -> Any:
-        from rlperf import runner
+        from rlperf.run import lifecycle as runner
         from rlperf.buffer import BufferMemoryError
-        from rlperf.records import make_run_dir
-        from rlperf.shm import cleanup_stale, new_run_id, shm_free_bytes
+        from rlperf.run.files import make_run_dir
+        from rlperf.run.shm import cleanup_stale, new_run_id, shm_free_bytes
 
         cfg, a = self.cfg, self.cfg.async_
         self.obs_shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
@@ -483,7 +483,7 @@ class Learner:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _run(self, runner: Any, quiet: bool, show: bool) -> Any:
-        from rlperf.records import MetricsCSV, write_text_atomic
+        from rlperf.run.files import MetricsCSV, write_text_atomic
         from rlperf.config import to_toml
         from rlperf.timers import PhaseTimer
 
@@ -790,7 +790,7 @@ class Learner:
 
     def _finish(self, runner: Any, status: str, error: str | None) -> Any:
         from rlperf.config import config_to_dict
-        from rlperf.records import RECORD_NAME, SCHEMA, peak_cuda_mb, peak_rss_mb, save_torch_atomic, system_info, \
+        from rlperf.run.files import RECORD_NAME, SCHEMA, peak_cuda_mb, peak_rss_mb, save_torch_atomic, system_info, \
             write_json_atomic
 
         t_end = time.perf_counter()

@@ -48,14 +48,14 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from rlperf.backends import make_env
+from rlperf.env.backends import make_env
 from rlperf.buffer import ReplayBuffer, available_memory
 from rlperf.config import Config, config_from, config_to_dict, flat_keys, load_config, to_toml
-from rlperf.dashboard import Dashboard
+from rlperf.report.dashboard import Dashboard
 from rlperf.device import resolve_device, synchronize
 from rlperf.dqn import Agent, Progress, check_knobs, run_loop, stop_reached
 from rlperf.errors import RlperfError
-from rlperf.records import (
+from rlperf.run.files import (
     RECORD_NAME,
     SCHEMA,
     MetricsCSV,
@@ -68,7 +68,7 @@ from rlperf.records import (
     write_json_atomic,
     write_text_atomic,
 )
-from rlperf.snake import observation_shape
+from rlperf.env.vector import observation_shape
 from rlperf.timers import PHASES, PhaseTimer
 
 METRICS_FIELDS = (
@@ -76,6 +76,13 @@ METRICS_FIELDS = (
     "best_score", "epsilon", "loss", "env_steps_per_s",
 )
 EXIT_CODES = {"completed": 0, "interrupted": 130, "diverged": 1, "failed": 1}
+
+
+def exit_code(status: str, signum: int | None = None) -> int:
+    """The process exit code for a run that ended with ``status`` (143 for an interruption by SIGTERM)."""
+    if status == "interrupted" and signum == signal.SIGTERM:
+        return 143
+    return EXIT_CODES.get(status, 1)
 CHECKPOINT_NAME = "checkpoint.pt"
 CONFIG_NAME = "config.toml"
 METRICS_NAME = "metrics.csv"
@@ -218,7 +225,7 @@ def train_run(
     if cfg.run.mode == "async":
         if resume is not None:
             raise RlperfError("--resume works for run.mode=sync runs only", hint="start a new async run")
-        from rlperf.actor_learner import async_run
+        from rlperf.run.learner import async_run
 
         return async_run(cfg, out=out, name=name, command=command, quiet=quiet, dashboard=dashboard, kind=kind)
     stop = StopSignal()

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rlperf.single_snake import SnakeEnv
-from rlperf.snake import VectorSnake
+from rlperf.env.single import SnakeEnv
+from rlperf.env.vector import VectorSnake
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 

@@ -22,11 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.text import Text
-
 from rlperf.config import Config
-from rlperf.profilers import CallStats
+from rlperf.instruments.profilers import CallStats
+from rlperf.report.units import percent_short, seconds_short
 
 MIN_SAVING_SHARE = 0.005
 """A finding must be worth at least this share of the measured phase time."""
@@ -88,14 +86,6 @@ def _to_measured(record: Mapping[str, Any]) -> float:
     return total / (total + warm) if total + warm > 0 else 0.0
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%" if x >= 0.1 else f"{100 * x:.1f}%"
-
-
-def _s(x: float) -> str:
-    return f"{x:.2f} s" if x < 100 else f"{x:.0f} s"
-
-
 def _per_step(count: int, record: Mapping[str, Any]) -> str:
     steps = int((record.get("totals") or {}).get("vector_steps") or 0)
     return f"{count / steps:,.0f} per vector step" if steps else ""
@@ -116,7 +106,7 @@ def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     if push["total_s"] <= 0:
         return None
     n = cfg.env.num_envs
-    evidence = (f"push is {_pct(push['share'])} of phase time ({_s(push['total_s'])}, {push['mean_ms'] / n * 1e3:.0f} µs "
+    evidence = (f"push is {percent_short(push['share'])} of phase time ({seconds_short(push['total_s'])}, {push['mean_ms'] / n * 1e3:.0f} µs "
                 f"per board) with buffer.push=loop")
     if calls is not None:
         pushes = calls.count("_push_one", "rlperf/buffer.py")
@@ -135,7 +125,7 @@ def train_ratio(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     if ratio <= 4 or train["total_s"] <= 0:
         return None
     replay = float((record.get("throughput") or {}).get("replay_ratio") or 0.0)
-    evidence = (f"train is {_pct(train['share'])} of phase time ({_s(train['total_s'])}) at train.train_ratio={ratio:g} "
+    evidence = (f"train is {percent_short(train['share'])} of phase time ({seconds_short(train['total_s'])}) at train.train_ratio={ratio:g} "
                 f"({ratio:g} updates per vector step, replay ratio {replay:.1f})")
     if calls is not None:
         updates = calls.count("update", "rlperf/dqn.py")
@@ -154,19 +144,19 @@ def bfs_flood_fill(record: Mapping[str, Any], cfg: Config, calls: CallStats | No
     step = _phase(record, "step")
     if step["total_s"] <= 0:
         return None
-    evidence = f"step is {_pct(step['share'])} of phase time ({_s(step['total_s'])}) with env.flood_fill=bfs"
+    evidence = f"step is {percent_short(step['share'])} of phase time ({seconds_short(step['total_s'])}) with env.flood_fill=bfs"
     if calls is not None:
-        env_file = "rlperf/snake.py" if cfg.env.backend == "tensor" else "rlperf/backends.py"
+        env_file = "rlperf/env/vector.py" if cfg.env.backend == "tensor" else "rlperf/env/backends.py"
         env_step = calls.cumtime("step", env_file)
-        bfs_calls, _, bfs_cum = calls.get("bfs_count", "rlperf/floodfill.py")
-        bfs_cum = max(bfs_cum, calls.cumtime("reachable_bfs", "rlperf/floodfill.py"))
+        bfs_calls, _, bfs_cum = calls.get("bfs_count", "rlperf/env/floodfill.py")
+        bfs_cum = max(bfs_cum, calls.cumtime("reachable_bfs", "rlperf/env/floodfill.py"))
         if env_step <= 0 or bfs_calls == 0:
             return None
         fraction = min(1.0, bfs_cum / env_step)
         steps = int((record.get("totals") or {}).get("vector_steps") or 0)
         per_board = f", {bfs_calls / (steps * cfg.env.num_envs):.1f} per board" if steps else ""
         evidence += (f"; cProfile: bfs_count called {bfs_calls:,} times ({_per_step(bfs_calls, record)}{per_board}), "
-                     f"{_pct(fraction)} of the env step's time; estimate: the batched fill removes ~95% of that")
+                     f"{percent_short(fraction)} of the env step's time; estimate: the batched fill removes ~95% of that")
         saving = 0.95 * fraction * step["total_s"]
     else:
         evidence += "; estimate (no cProfile to split the step): the BFS is ~80% of the step"
@@ -189,11 +179,11 @@ def host_storage(record: Mapping[str, Any], cfg: Config, calls: CallStats | None
     fraction = min(1.0, sample / update)
     saving = 0.8 * fraction * train["total_s"]
     evidence = (f"buffer.storage={storage}: ReplayBuffer.sample called {sample_calls:,} times, "
-                f"{_pct(fraction)} of the update's time (cProfile)")
+                f"{percent_short(fraction)} of the update's time (cProfile)")
     if storage == "list" and cfg.buffer.push == "batch":
         push = _phase(record, "push")
         saving += 0.8 * push["total_s"]
-        evidence += f"; push (a Python loop over rows into the list) is {_pct(push['share'])}"
+        evidence += f"; push (a Python loop over rows into the list) is {percent_short(push['share'])}"
     evidence += "; estimate: sampling on the device removes ~80% of it"
     return Finding(f"Replay storage is a {'Python list' if storage == 'list' else 'host numpy array'}, copied every sample",
                    evidence, "buffer.storage=tensor", "",
@@ -213,7 +203,7 @@ def hard_target(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     seconds = cum * _to_measured(record)
     train = _phase(record, "train")
     evidence = (f"agent.target_update=hard: {copies:,} full state-dict copies (every {a.target_every} updates) took "
-                f"{_s(cum)} (cProfile), {1e3 * cum / copies:.2f} ms each; train p95 {train['p95_ms']:.3g} ms vs "
+                f"{seconds_short(cum)} (cProfile), {1e3 * cum / copies:.2f} ms each; train p95 {train['p95_ms']:.3g} ms vs "
                 f"p50 {train['p50_ms']:.3g} ms; estimate: ~80% of the copy time, before the soft update's own per-update lerp")
     return Finding("Hard target-network copies", evidence, "agent.target_update=soft", "",
                    "seed 000 §4: hard copies cause spikes in per-episode time; soft updates with τ (no figure given)",
@@ -228,9 +218,9 @@ def log_every_step(record: Mapping[str, Any], cfg: Config, calls: CallStats | No
     log = _phase(record, "log")
     if log["total_s"] <= 0:
         return None
-    evidence = f"log is {_pct(log['share'])} of phase time ({_s(log['total_s'])}) with train.log_every={every}"
+    evidence = f"log is {percent_short(log['share'])} of phase time ({seconds_short(log['total_s'])}) with train.log_every={every}"
     if calls is not None:
-        logs = calls.count("on_log", "rlperf/runner.py")
+        logs = calls.count("on_log", "rlperf/run/lifecycle.py")
         evidence += f"; cProfile: on_log ran {logs:,} times ({_per_step(logs, record)}), each writing and flushing a metrics.csv row"
     if _cuda(record):
         evidence += "; each log reads the loss on the host, which waits for the device (a sync every step)"
@@ -247,7 +237,7 @@ def autograd_select(record: Mapping[str, Any], cfg: Config, calls: CallStats | N
     select = _phase(record, "select")
     if select["total_s"] <= 0:
         return None
-    evidence = (f"select is {_pct(select['share'])} of phase time ({select['mean_ms']:.3g} ms per step) with "
+    evidence = (f"select is {percent_short(select['share'])} of phase time ({select['mean_ms']:.3g} ms per step) with "
                 f"agent.inference=grad: every forward records an autograd graph nobody uses; "
                 f"estimate: inference mode saves ~30% of a small network's forward")
     return Finding("Action selection runs with autograd on", evidence, "agent.inference=no_grad", "",
@@ -263,9 +253,9 @@ def gym_backend(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     step = _phase(record, "step")
     if step["total_s"] <= 0:
         return None
-    evidence = f"step is {_pct(step['share'])} of phase time ({_s(step['total_s'])}) with env.backend={backend}"
+    evidence = f"step is {percent_short(step['share'])} of phase time ({seconds_short(step['total_s'])}) with env.backend={backend}"
     if calls is not None and backend == "gym-sync":
-        boards = calls.count("step", "rlperf/single_snake.py")
+        boards = calls.count("step", "rlperf/env/single.py")
         evidence += f"; cProfile: SnakeEnv.step called {boards:,} times ({_per_step(boards, record)}, one per board)"
     evidence += "; estimate: the batched env steps every board in a few tensor ops, ~90% less"
     return Finding(f"Boards are stepped one by one ({backend})", evidence, "env.backend=tensor", "",
@@ -285,7 +275,7 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     # Objects created inside the loop (a list buffer's tuples) are not covered by a freeze at its start.
     knob = "train.gc=off" if cfg.buffer.storage == "list" else "train.gc=freeze"
     evidence = (f"train.gc=on: {gc.get('total_collections', 0):,} collections (gen0 {n.get('gen0', 0):,}, gen1 "
-                f"{n.get('gen1', 0):,}, gen2 {n.get('gen2', 0):,}) took {_s(seconds)}, {_pct(share)} of the loop, "
+                f"{n.get('gen1', 0):,}, gen2 {n.get('gen2', 0):,}) took {seconds_short(seconds)}, {percent_short(share)} of the loop, "
                 f"longest pause {float(gc.get('max_pause_ms') or 0):.1f} ms (gc.callbacks)")
     if cfg.buffer.storage == "list":
         evidence += "; the list buffer's tuples are created in the loop, so freezing at its start would not cover them"
@@ -303,7 +293,7 @@ def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc:
     if train["share"] < 0.3:
         return None
     device = (record.get("system") or {}).get("device_name", "the GPU")
-    evidence = (f"train is {_pct(train['share'])} of phase time ({_s(train['total_s'])}) on {device} with train.amp=off; "
+    evidence = (f"train is {percent_short(train['share'])} of phase time ({seconds_short(train['total_s'])}) on {device} with train.amp=off; "
                 f"estimate: ~25% of the update")
     return Finding("Updates run in full precision on the GPU", evidence, "train.amp=bf16", "",
                    "seed 004 §3: 30–40% faster forward passes, 25–30% faster backward passes; seed 003: AMP with "
@@ -318,7 +308,7 @@ def compile_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     share = select["share"] + train["share"]
     if share < 0.3:
         return None
-    evidence = (f"select + train are {_pct(share)} of phase time on the GPU with train.compile=off; "
+    evidence = (f"select + train are {percent_short(share)} of phase time on the GPU with train.compile=off; "
                 f"estimate: ~10% of both")
     return Finding("Network not compiled", evidence, "train.compile=reduce-overhead", "",
                    "seed 004 §5: torch.compile, 10–15% speedup on forward passes; seed 003: JIT removes Python overhead",
@@ -339,7 +329,7 @@ def small_batch_gpu(record: Mapping[str, Any], cfg: Config, calls: CallStats | N
     if per_update_ms > 2.0:
         return None  # not launch-bound
     batch = cfg.buffer.batch_size
-    evidence = (f"train is {_pct(train['share'])} of phase time at {per_update_ms:.2f} ms per update with "
+    evidence = (f"train is {percent_short(train['share'])} of phase time at {per_update_ms:.2f} ms per update with "
                 f"buffer.batch_size={batch}: a kernel-launch-bound update costs about the same at 4× the batch; "
                 f"estimate: 4× batch at ¼ train_ratio (same replay ratio) halves train, if the compare shows "
                 f"updates/s nearly flat")
@@ -384,7 +374,7 @@ def thread_oversubscription(record: Mapping[str, Any], cfg: Config, calls: CallS
         evidence = (f"{threads} torch threads while the machine's load average was {busy:.1f} on {cpus:g} CPUs: "
                     f"threads that lose their CPU stall the others at every parallel op")
         per_process = 1
-    evidence += (f" (run.threads={cfg.run.threads}); select + train are {_pct(select['share'] + train['share'])} of "
+    evidence += (f" (run.threads={cfg.run.threads}); select + train are {percent_short(select['share'] + train['share'])} of "
                  f"phase time; estimate: ~20% of them is lost to contention")
     return Finding("More compute threads than CPUs", evidence, f"run.threads={per_process}", "",
                    "seed 004 §7: OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1 — less thread contention, more predictable "
@@ -420,24 +410,5 @@ def no_finding_reason(record: Mapping[str, Any]) -> str:
         steps = int((record.get("totals") or {}).get("vector_steps") or 0)
         return (f"no finding: all {steps} vector steps were warm-up, so there is no measured loop to judge; "
                 f"run longer (e.g. --steps 50000)")
-    return (f"no finding: no rule's evidence reached {_pct(MIN_SAVING_SHARE)} of the measured phase time "
-            f"({_s(measured_total(record))}) on this run")
-
-
-def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_reason: str | None = None) -> RenderableType:
-    """The advisor's findings as numbered paragraphs (from their record form)."""
-    if not findings:
-        return Text(none_reason or "no finding", style="green")
-    parts: list[RenderableType] = [Text("advisor: findings ranked by the time they could save", style="bold")]
-    for i, f in enumerate(findings, 1):
-        saving = float(f["est_saving_s"])
-        share = f" ({_pct(saving / total_s)})" if total_s > 0 else ""
-        head = Text(f"{i}. {f['title']}", style="bold yellow")
-        head.append(f" — could save ~{_s(saving)} of {_s(total_s)}{share}", style="bold")
-        parts += [
-            head,
-            Text(f"   evidence: {f['evidence']}"),
-            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), f"   expected: {f['expected_gain']}"),
-            Text.assemble("   verify: ", (f["command"], "cyan")),
-        ]
-    return Group(*parts)
+    return (f"no finding: no rule's evidence reached {percent_short(MIN_SAVING_SHARE)} of the measured phase time "
+            f"({seconds_short(measured_total(record))}) on this run")

@@ -8,7 +8,7 @@
 - py-spy: :func:`find_pyspy`, :func:`pyspy_command`, and :func:`speedscope_to_svg`, which turns
   the one speedscope recording into a flamegraph SVG (py-spy writes one format per run).
 
-Everything here is measurement plumbing; what to *do* about the numbers is :mod:`rlperf.advisor`.
+Everything here is measurement plumbing; what to *do* about the numbers is :mod:`rlperf.instruments.advisor`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from rlperf.errors import RlperfError
 
 SORT_KEYS = ("cumtime", "tottime", "ncalls")
 
-_RLPERF_DIR = str(Path(__file__).resolve().parent)
+_RLPERF_DIR = str(Path(__file__).resolve().parent.parent)
 _SITE_DIRS = sorted({p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}, key=len, reverse=True)
 _STDLIB_DIR = sysconfig.get_paths().get("stdlib", "")
 
@@ -170,26 +170,6 @@ class CProfiler:
     def dump(self, path: str | Path) -> None:
         """Write ``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``)."""
         self.profile.dump_stats(str(path))
-
-
-def cprofile_table(section: Mapping[str, Any], title: str = "cProfile") -> Table:
-    """The top functions of a record's ``profile.cprofile`` section; rlperf's own in bold with a ●."""
-    sort = section.get("sort", "cumtime")
-    caption = (f"{section.get('total_calls', 0):,} calls in {section.get('total_s', 0.0):.2f} s of profiled time; "
-               f"times in s, sorted by {sort}; ● = rlperf's own code")
-    table = Table(title=title, caption=caption)
-    table.add_column("", width=1, no_wrap=True)
-    table.add_column("function", overflow="fold", ratio=1)
-    for header in ("ncalls", "tottime", "cumtime", "ms/call"):
-        table.add_column(header + (" ▼" if header == sort else ""), justify="right", no_wrap=True)
-    for row in section.get("top", []):
-        ncalls, primitive = row["ncalls"], row["primitive_calls"]
-        calls = f"{ncalls:,}" if ncalls == primitive else f"{ncalls:,}/{primitive:,}"
-        per_call = 1e3 * row["cumtime"] / ncalls if ncalls else 0.0
-        style = "bold cyan" if row["own"] else None
-        table.add_row("●" if row["own"] else "", Text(row["function"], style=style or ""), calls,
-                      f"{row['tottime']:.3f}", f"{row['cumtime']:.3f}", f"{per_call:.3g}")
-    return table
 
 
 # -- garbage collector -------------------------------------------------------------------------
@@ -391,26 +371,6 @@ def _op_rows(averages: Any, cuda: bool) -> list[dict[str, Any]]:
             row["self_device_ms"] = getattr(e, "self_device_time_total", 0.0) / 1e3
         rows.append(row)
     return rows
-
-
-def torch_ops_table(section: Mapping[str, Any], key: str = "top_ops",
-                    title: str = "torch.profiler: top ops by self CPU time") -> Table:
-    """The top ops of a record's ``profile.torch`` section (``key``: top_ops or top_device_ops)."""
-    steps = section.get("steps", ["?", "?"])
-    s = section.get("schedule") or {}
-    table = Table(title=title, caption=f"vector steps {steps[0]}–{steps[1]} (schedule: wait {s.get('wait')}, "
-                                       f"warmup {s.get('warmup')}, active {s.get('active')})")
-    rows = section.get(key, [])
-    device = any("self_device_ms" in r for r in rows)
-    table.add_column("op", overflow="fold")
-    for header in ("calls", "self CPU ms", "CPU total ms") + (("self device ms",) if device else ()):
-        table.add_column(header, justify="right")
-    for r in rows:
-        cells = [r["op"], f"{r['calls']:,}", f"{r['self_cpu_ms']:.3f}", f"{r['cpu_total_ms']:.3f}"]
-        if device:
-            cells.append(f"{r.get('self_device_ms', 0.0):.3f}")
-        table.add_row(*cells)
-    return table
 
 
 # -- py-spy ------------------------------------------------------------------------------------

@@ -49,9 +49,9 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rlperf import floodfill
+from rlperf.env import floodfill
 from rlperf.device import resolve_device
-from rlperf.single_snake import render_board
+from rlperf.env.single import render_board
 
 # Absolute directions: up, right, down, left as (row, col) deltas.
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))

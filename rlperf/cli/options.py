@@ -1,0 +1,112 @@
+"""The run options every command shares, declared once.
+
+``train``, ``profile``, ``sweep`` and ``compare`` all take ``--config``, ``--set``, the common
+flags, ``--out``, ``--name``, ``--json`` and ``--quiet``. :func:`run_options` adds them to a
+command's signature (Typer reads ``__signature__``) and hands the command one :class:`RunArgs`
+instead of twelve parameters, so the options, their help and their order live here only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from rlperf.config import Config
+
+_OPTIONS: dict[str, tuple[Any, Any]] = {
+    # name: (annotation, default); the name is also RunArgs' field.
+    "config": (Annotated[Optional[str], typer.Option(
+        "--config", "-c", help="TOML config file, or a packaged name (default, fast, naive, smoke).")], None),
+    "set_": (Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", help="Override any key: --set buffer.push=loop (repeatable).")], None),
+    "envs": (Annotated[Optional[int], typer.Option("--envs", help="Boards stepped at once (env.num_envs).")], None),
+    "episodes": (Annotated[Optional[int], typer.Option(
+        "--episodes", help="Stop after N finished episodes across all boards.")], None),
+    "steps": (Annotated[Optional[int], typer.Option("--steps", help="Stop after N env transitions.")], None),
+    "train_ratio": (Annotated[Optional[float], typer.Option(
+        "--train-ratio", help="Gradient updates per vector step (0.25 = one every 4).")], None),
+    "device": (Annotated[Optional[str], typer.Option("--device", help="auto, cpu, cuda or cuda:N.")], None),
+    "seed": (Annotated[Optional[int], typer.Option("--seed", help="Random seed (run.seed).")], None),
+    "out": (Annotated[Path, typer.Option("--out", help="Directory for run directories.")], Path("runs")),
+    "name": (Annotated[Optional[str], typer.Option(
+        "--name", help="Run name (the directory gets a timestamp suffix).")], None),
+    "json_": (Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")], False),
+    "quiet": (Annotated[bool, typer.Option("--quiet", "-q", help="No dashboard or progress output.")], False),
+}
+
+
+@dataclass
+class RunArgs:
+    """The shared options as given on the command line (None where not given)."""
+
+    config: str | None = None
+    set_: list[str] | None = None
+    envs: int | None = None
+    episodes: int | None = None
+    steps: int | None = None
+    train_ratio: float | None = None
+    device: str | None = None
+    seed: int | None = None
+    out: Path = Path("runs")
+    name: str | None = None
+    json_: bool = False
+    quiet: bool = False
+
+    def build_config(self, config: str | None = None) -> Config:
+        """``config`` (default: ``--config``), then ``--set``, then the flags, validated once."""
+        from rlperf.config import config_from
+
+        return config_from(config if config is not None else self.config, self.set_ or [], envs=self.envs,
+                           episodes=self.episodes, steps=self.steps, train_ratio=self.train_ratio,
+                           device=self.device, seed=self.seed)
+
+    def run_argv(self) -> list[str]:
+        """``--set`` and the flags as arguments, to repeat this run elsewhere (compare lines, children)."""
+        args: list[str] = []
+        for item in self.set_ or []:
+            args += ["--set", item]
+        for flag, value in (("--envs", self.envs), ("--episodes", self.episodes), ("--steps", self.steps),
+                            ("--train-ratio", self.train_ratio), ("--device", self.device), ("--seed", self.seed)):
+            if value is not None:
+                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return args
+
+    @property
+    def given(self) -> bool:
+        """Whether any option that changes what a config runs was given."""
+        return any(v not in (None, []) for v in (self.set_, self.envs, self.episodes, self.steps, self.train_ratio,
+                                                  self.device, self.seed))
+
+
+def run_options(exclude: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose last parameter is ``run: RunArgs``: the shared options replace it.
+
+    ``exclude`` names options the command declares itself (``sweep`` takes ``--envs`` as a list).
+    """
+    skipped = set(exclude)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "run"]
+        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+                  for name, (annotation, default) in _OPTIONS.items() if name not in skipped]
+        names = {p.name for p in shared}
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            run = RunArgs(**{f.name: kwargs.pop(f.name) for f in fields(RunArgs) if f.name in names})
+            return command(**kwargs, run=run)
+
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate

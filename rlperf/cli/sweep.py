@@ -1,0 +1,84 @@
+"""``rlperf sweep``: a grid over config keys, each trial a normal run (library: :mod:`rlperf.experiments.sweep`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from rlperf.cli.app import command
+from rlperf.cli.options import RunArgs, run_options
+
+if TYPE_CHECKING:
+    from rlperf.experiments.sweep import Trial
+
+
+@command()
+@run_options(exclude=("envs", "train_ratio"))
+def sweep(
+    train_ratio: Annotated[Optional[str], typer.Option(
+        "--train-ratio", help="Values of train.train_ratio to sweep: 1,4,16,64.")] = None,
+    envs: Annotated[Optional[str], typer.Option("--envs", help="Values of env.num_envs to sweep: 32,64,256.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option(
+        "--param", "-p", help="Sweep any key: --param buffer.push=loop,batch (repeatable).")] = None,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", help="Runs per grid point (repeat k uses seed + k); median and spread over them.")] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="local (one trial at a time) or ray (Ray Tune trials).")] = "local",
+    address: Annotated[Optional[str], typer.Option(
+        "--address", help="Ray cluster to connect to (default: start a local one).")] = None,
+    trial_cpus: Annotated[float, typer.Option("--trial-cpus", help="CPUs per Ray trial.")] = 1.0,
+    trial_gpus: Annotated[float, typer.Option("--trial-gpus", help="GPUs per Ray trial.")] = 0.0,
+    *,
+    run: RunArgs,
+) -> None:
+    """Run a grid of trials over any config keys; prints a table, writes sweep.csv/json/png."""
+    from rlperf.experiments.sweep import Axis, parse_param, run_sweep, split_values
+    from rlperf.report.dashboard import RunsProgress
+
+    cfg = run.build_config()
+    axes = []
+    if train_ratio is not None:
+        axes.append(Axis("train.train_ratio", tuple(split_values(train_ratio))))
+    if envs is not None:
+        axes.append(Axis("env.num_envs", tuple(split_values(envs))))
+    axes += [parse_param(p) for p in param or []]
+
+    total = math.prod(len(a.values) for a in axes) * max(repeats, 0)
+    progress = None if run.quiet or run.json_ else RunsProgress("sweep", total)
+
+    def on_trial(event: str, trial: Trial) -> None:
+        assert progress is not None
+        what = " ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.params.items()) + f" repeat {trial.repeat}"
+        if event == "start":
+            progress.started_run(f"{trial.name}: {what}")
+            return
+        status = trial.status if not trial.error else f"{trial.status}: {trial.error}"
+        rate = (trial.record or {}).get("throughput", {}).get("env_steps_per_s")
+        figures = f" {rate:,.0f} env steps/s" if rate else ""
+        progress.finished_run(f"{trial.name} {what}: {status}{figures}")
+
+    with progress or contextlib.nullcontext():
+        result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
+                           trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
+                           on_trial=on_trial if progress else None)
+    data = result.data()
+    if run.json_:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        from rlperf.experiments.sweep import sweep_table
+        from rlperf.report.tables import print_table
+
+        print_table(sweep_table(data))
+    failed = len(result.failed)
+    line = f"sweep: {len(result.trials)} trials"
+    if failed:
+        line += f", {failed} failed"
+    if result.interrupted:
+        line += ", interrupted"
+    if not run.quiet or failed or result.interrupted:
+        print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json, sweep.png)", file=sys.stderr)
+    raise typer.Exit(130 if result.interrupted else 1 if failed else 0)

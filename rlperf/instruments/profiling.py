@@ -1,0 +1,361 @@
+"""Profiling a training run: the library behind ``rlperf profile`` and scripts/bench_instruments.py.
+
+:class:`Instruments` puts cProfile, a GC monitor and, optionally, torch.profiler around the loop of
+:func:`rlperf.run.lifecycle.train_run` (through its hooks) and time-stamps every vector step.
+:func:`profile_run` is one profiled run: it writes the artifacts into the run directory and a
+``profile`` section, with the advisor's findings, into its ``run.json``. With py-spy the run is a
+child process started under ``py-spy record`` (py-spy launches the process it samples, so no
+ptrace attach privileges are needed): :func:`profile_under_pyspy`.
+
+Instrument overhead is measured, not guessed (:func:`measure_overhead`): after the run, the first
+vector steps are replayed in the same process with the same seed and no instruments (the loop is
+deterministic step by step), and the two timings of the very same steps are compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from rlperf.config import Config
+from rlperf.errors import RlperfError
+from rlperf.instruments.advisor import VerifyBase, advise, effective_cpus, measured_total, no_finding_reason
+from rlperf.instruments.profilers import (
+    check_sort,
+    PYSPY_HINT,
+    CProfiler,
+    GcMonitor,
+    TorchProfiler,
+    find_pyspy,
+    pyspy_command,
+    pyspy_env,
+    pyspy_failure,
+    speedscope_to_svg,
+    torch_window,
+)
+from rlperf.run.files import write_json_atomic
+from rlperf.run.lifecycle import RunHooks, RunResult, train_run
+
+DEFAULT_EPISODES = 100
+OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
+"""Replay for the overhead measurement: at least 2 s, else 10% of the loop, at most 30 s of profiled steps."""
+
+
+@dataclass
+class ProfileOptions:
+    """What to wrap the run in (the command's flags)."""
+
+    top: int = 20
+    sort: str = "cumtime"
+    cprofile: bool = True
+    torch: bool = False
+    overhead: bool = True  # replay the first steps without instruments to measure their cost
+    verify: VerifyBase = field(default_factory=VerifyBase)
+
+    def check(self) -> None:
+        if self.top < 1:
+            raise RlperfError(f"--top must be at least 1, got {self.top}")
+        self.sort = check_sort(self.sort)
+
+
+def _with(cfg: Config, section: str, **values: Any) -> Config:
+    part = getattr(cfg, section)
+    return cfg.model_copy(update={section: part.model_copy(update=values)})
+
+
+class Instruments:
+    """cProfile (with the GC monitor) and torch.profiler around a run's loop, and a time stamp per
+    vector step: :meth:`hooks` gives them to :func:`rlperf.run.lifecycle.train_run`.
+
+    cProfile starts last and stops first, so it sees the loop and not the instruments' own set-up.
+    ``stamps`` holds the loop's start and the end of every vector step (``perf_counter`` seconds).
+    """
+
+    def __init__(self, cfg: Config, cprofile: bool = True, gc: bool = True, torch: bool = False,
+                 trace_path: Path | None = None) -> None:
+        self.gc = GcMonitor() if gc else None
+        self.cprofile = CProfiler() if cprofile else None
+        self.torch: TorchProfiler | None = None
+        if torch:
+            if trace_path is None:
+                raise ValueError("torch.profiler needs a trace_path")
+            t = cfg.train
+            total = math.ceil(t.steps / cfg.env.num_envs) if t.steps > 0 and t.episodes == 0 else None
+            window = torch_window(t.warmup_steps, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size, total,
+                                  t.train_ratio)
+            self.torch = TorchProfiler(_device_type(cfg), window, trace_path)
+        self.stamps: list[float] = []
+
+    @property
+    def names(self) -> list[str]:
+        """The in-process instruments besides the phase timers, as the overhead line names them."""
+        return [n for n, on in (("cProfile", self.cprofile is not None), ("torch.profiler", self.torch is not None)) if on]
+
+    @contextlib.contextmanager
+    def around_loop(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if self.gc is not None:
+                stack.enter_context(self.gc.running())
+            if self.torch is not None:
+                stack.enter_context(self.torch.running())
+            self.stamps.append(perf_counter())
+            if self.cprofile is not None:
+                stack.enter_context(self.cprofile.running())
+            yield
+
+    def on_step(self) -> None:
+        self.stamps.append(perf_counter())
+        if self.torch is not None:
+            self.torch.step()
+
+    def hooks(self) -> RunHooks:
+        return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None)
+
+    def step_durations(self) -> list[float]:
+        """Wall seconds of each vector step, in order."""
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+
+def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
+                quiet: bool = False, dashboard: bool = True, options: ProfileOptions | None = None) -> RunResult:
+    """Train with ``cfg`` under the instruments; the record gains a ``profile`` section."""
+    options = options or ProfileOptions()
+    options.check()
+    if cfg.run.mode == "async":
+        raise RlperfError("rlperf profile instruments the single-process loop; run.mode=async is not supported",
+                          hint="profile with --set run.mode=sync, or run async under py-spy record --subprocesses")
+    with tempfile.TemporaryDirectory(prefix="rlperf-profile-") as scratch:
+        inst = Instruments(cfg, cprofile=options.cprofile, torch=options.torch, trace_path=Path(scratch) / "trace.json")
+        result = train_run(cfg, out=out, name=name, command=command, quiet=quiet, dashboard=dashboard,
+                           kind="profile", hooks=inst.hooks())
+        record, run_dir = result.record, result.run_dir
+        section: dict[str, Any] = {
+            "options": {"top": options.top, "sort": options.sort, "cprofile": options.cprofile, "torch": options.torch,
+                        "py_spy": False},
+            "timing_mode": record["timing"]["mode"],
+            "artifacts": {},
+        }
+        calls = None
+        if inst.cprofile is not None:
+            inst.cprofile.dump(run_dir / "profile.prof")
+            calls = inst.cprofile.stats()
+            section["cprofile"] = {
+                "file": "profile.prof", "sort": options.sort, "total_calls": calls.total_calls,
+                "primitive_calls": calls.primitive_calls, "total_s": calls.total_s,
+                "top": [row.as_dict() for row in calls.top(options.top, options.sort)],
+            }
+            section["artifacts"]["cprofile"] = "profile.prof"
+        if inst.torch is not None:
+            section["torch"] = inst.torch.to_dict(options.top)
+            if inst.torch.recorded:
+                shutil.move(str(inst.torch.trace_path), run_dir / "trace.json")
+                section["torch"]["file"] = "trace.json"
+                section["artifacts"]["torch_trace"] = "trace.json"
+    assert inst.gc is not None
+    section["gc"] = inst.gc.to_dict()
+    section["load"] = {"loadavg_1m": os.getloadavg()[0], "cpus": effective_cpus()}
+    if not inst.names:
+        section["overhead"] = {"skipped": "no in-process instrument besides the phase timers"}
+    elif not options.overhead:
+        section["overhead"] = {"skipped": "not measured (overhead replay off)"}
+    elif record["status"] != "completed":
+        section["overhead"] = {"skipped": f"not measured: the run is {record['status']}"}
+    else:
+        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names)
+    record["profile"] = section
+    findings = advise(record, calls, section["gc"], options.verify)
+    section["advisor"] = {
+        "findings": [f.as_dict() for f in findings],
+        "none": None if findings else no_finding_reason(record),
+        "measured_phase_s": measured_total(record),
+    }
+    record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
+    write_json_atomic(run_dir / "run.json", record)
+    return RunResult(run_dir, record, result.exit_code)
+
+
+def _device_type(cfg: Config) -> str:
+    from rlperf.device import resolve_device
+
+    return resolve_device(cfg.run.device).type
+
+
+def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]) -> dict[str, Any]:
+    """Replay the run's first vector steps without instruments (same seed, same process) and compare.
+
+    The loop is deterministic step by step for a seed, so step i of the replay does exactly the
+    work step i of the profiled run did: the ratio of their times is the instruments' cost. The
+    replay reaches a few steps past the first gradient update (instruments cost differently in
+    Python-heavy env steps and in torch-heavy updates) and then as many steps as fit in
+    OVERHEAD_BUDGET_S. Warm-up steps (lazy initialisation, paid by whichever run comes first) and
+    the first update's step and the last step (the final log) are left out; the whole run's figure
+    weights the two regimes,
+    before and after learning starts, by the profiled run's time in each.
+    """
+    n = len(durations)
+    if n < 4:
+        return {"skipped": f"only {n} vector steps: too few to compare"}
+    t = cfg.train
+    first_train = max(0, math.ceil(max(t.learning_starts, cfg.buffer.batch_size) / cfg.env.num_envs) - 1)
+    low, share, high = OVERHEAD_BUDGET_S
+    budget = max(low, min(share * sum(durations), high))
+    needed = min(n, max(4, first_train + 5))
+    elapsed, k = 0.0, 0
+    for d in durations:
+        if (k >= needed and elapsed + d > budget) or elapsed + d > high:
+            break
+        elapsed += d
+        k += 1
+    k = max(k, 4)
+    # Only the stop condition changes: the replay writes its checkpoint at the same log boundary.
+    replay_cfg = _with(cfg, "train", steps=k * cfg.env.num_envs, episodes=0)
+    replay: list[float] = []
+
+    @contextlib.contextmanager
+    def mark() -> Iterator[None]:
+        replay.append(perf_counter())
+        yield
+
+    with tempfile.TemporaryDirectory(prefix="rlperf-replay-") as tmp:
+        train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay",
+                  hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
+    plain = [b - a for a, b in zip(replay, replay[1:])]
+    if len(plain) < k:
+        return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
+    warm = t.warmup_steps
+    start = warm if k - 1 - warm >= 3 else 1
+    # The first update pays one-off costs (optimizer state, autograd threads) in whichever run comes first.
+    regimes = {"before_learning": range(start, min(first_train, k - 1)),
+               "training": range(max(start, first_train + 1), k - 1)}
+    ratios: dict[str, float] = {}
+    for regime, steps in regimes.items():
+        plain_s = sum(plain[i] for i in steps)
+        if len(steps) and plain_s > 0:
+            ratios[regime] = sum(durations[i] for i in steps) / plain_s
+    if not ratios:
+        return {"skipped": "no step to compare"}
+    # The whole run after warm-up, each step deflated by its regime's ratio.
+    fallback = next(iter(ratios.values()))
+    profiled_s = plain_s = 0.0
+    for i in range(min(warm, n - 1), n):
+        regime = "training" if i >= first_train else "before_learning"
+        profiled_s += durations[i]
+        plain_s += durations[i] / ratios.get(regime, fallback)
+    compared = [i for steps in regimes.values() for i in steps]
+    return {
+        "instruments": instruments,
+        "ratio": profiled_s / plain_s if plain_s > 0 else None,
+        "by_regime": ratios,
+        "steps": [min(compared), max(compared)],
+        "replayed_profiled_s": sum(durations[i] for i in compared),
+        "replayed_plain_s": sum(plain[i] for i in compared),
+        "method": "the first vector steps replayed with the same seed in the same process, without instruments",
+    }
+
+
+
+
+# -- py-spy ------------------------------------------------------------------------------------
+
+
+def run_under_pyspy(pyspy: str, child_args: list[str], native: bool, scratch: Path) -> tuple[dict[str, Any] | None, Path, list[str]]:
+    """Run ``rlperf profile <child_args>`` under py-spy as the child that writes its record to a file.
+
+    Returns the child's record (None when it did not finish), the recording's path and py-spy's
+    own output lines. py-spy's chatter ("py-spy> ..." on stdout) is kept back; the child's
+    output lines are passed on to stderr.
+    """
+    recording = scratch / "pyspy.speedscope.json"
+    record_file = scratch / "record.json"
+    child = [sys.executable, "-m", "rlperf", "profile", *child_args, "--pyspy-child", str(record_file)]
+    proc = subprocess.Popen(pyspy_command(pyspy, recording, child, native=native), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=pyspy_env(), text=True, errors="replace")
+    pyspy_lines: list[str] = []
+
+    def forward() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("py-spy> ") or not line.strip() or _is_pyspy_error(line):
+                pyspy_lines.append(line.rstrip("\n"))
+            else:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    reader = threading.Thread(target=forward, daemon=True)
+    reader.start()
+    while True:
+        try:
+            proc.wait()
+            break
+        except KeyboardInterrupt:  # the child got the signal too and is saving its run: wait for it
+            continue
+    reader.join(timeout=5)
+    record = None
+    if record_file.is_file():
+        with contextlib.suppress(json.JSONDecodeError, OSError):
+            record = json.loads(record_file.read_text(encoding="utf-8"))
+    return record, recording, pyspy_lines
+
+
+def _is_pyspy_error(line: str) -> bool:
+    lowered = line.lower()
+    return lowered.startswith(("error:", "failed to", "permission denied")) or "ptrace" in lowered
+
+
+def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
+    run_dir = Path(record["run_dir"])
+    speedscope = run_dir / "pyspy.speedscope.json"
+    shutil.move(str(recording), speedscope)
+    samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
+    record["profile"]["py_spy"] = {"svg": "pyspy.svg", "speedscope": "pyspy.speedscope.json", "samples": samples,
+                                   "native": native, "rate_hz": 100}
+    record["profile"]["artifacts"].update(pyspy_svg="pyspy.svg", pyspy_speedscope="pyspy.speedscope.json")
+    record["files"].update(profile_pyspy_svg="pyspy.svg", profile_pyspy_speedscope="pyspy.speedscope.json")
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def profile_under_pyspy(child_args: list[str], out: Path, native: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """The child's record with the flamegraph attached, and why py-spy was skipped (or None).
+
+    No record means the child did not run to the end: the caller runs in-process instead.
+    """
+    pyspy = find_pyspy()
+    if pyspy is None:
+        return None, f"not found on PATH ({PYSPY_HINT})"
+    check_out(out)
+    with tempfile.TemporaryDirectory(prefix="rlperf-pyspy-") as scratch:
+        record, recording, lines = run_under_pyspy(pyspy, child_args, native, Path(scratch))
+        if record is None or not recording.is_file() or recording.stat().st_size == 0:
+            return record, pyspy_failure(lines)
+        _attach_pyspy(record, recording, native)
+        return record, None
+
+
+def check_runnable(cfg: Config) -> None:
+    """Refuse, before a child process starts, the knobs the child would refuse."""
+    from rlperf.device import resolve_device
+    from rlperf.dqn import check_knobs
+
+    check_knobs(cfg, resolve_device(cfg.run.device))
+
+
+def check_out(out: Path) -> None:
+    """Refuse an unusable --out before starting a child process (the in-process run checks it itself)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None

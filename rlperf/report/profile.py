@@ -1,0 +1,159 @@
+"""Rendering a profiled run: the phase table with the instruments' overhead, cProfile's top
+functions, torch.profiler's top ops, GC, artifacts and the advisor's findings (rich renderables
+from a record's ``profile`` section; nothing here measures)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rlperf.report.units import percent_short, seconds_short
+
+def cprofile_table(section: Mapping[str, Any], title: str = "cProfile") -> Table:
+    """The top functions of a record's ``profile.cprofile`` section; rlperf's own in bold with a ●."""
+    sort = section.get("sort", "cumtime")
+    caption = (f"{section.get('total_calls', 0):,} calls in {section.get('total_s', 0.0):.2f} s of profiled time; "
+               f"times in s, sorted by {sort}; ● = rlperf's own code")
+    table = Table(title=title, caption=caption)
+    table.add_column("", width=1, no_wrap=True)
+    table.add_column("function", overflow="fold", ratio=1)
+    for header in ("ncalls", "tottime", "cumtime", "ms/call"):
+        table.add_column(header + (" ▼" if header == sort else ""), justify="right", no_wrap=True)
+    for row in section.get("top", []):
+        ncalls, primitive = row["ncalls"], row["primitive_calls"]
+        calls = f"{ncalls:,}" if ncalls == primitive else f"{ncalls:,}/{primitive:,}"
+        per_call = 1e3 * row["cumtime"] / ncalls if ncalls else 0.0
+        style = "bold cyan" if row["own"] else None
+        table.add_row("●" if row["own"] else "", Text(row["function"], style=style or ""), calls,
+                      f"{row['tottime']:.3f}", f"{row['cumtime']:.3f}", f"{per_call:.3g}")
+    return table
+
+
+def torch_ops_table(section: Mapping[str, Any], key: str = "top_ops",
+                    title: str = "torch.profiler: top ops by self CPU time") -> Table:
+    """The top ops of a record's ``profile.torch`` section (``key``: top_ops or top_device_ops)."""
+    steps = section.get("steps", ["?", "?"])
+    s = section.get("schedule") or {}
+    table = Table(title=title, caption=f"vector steps {steps[0]}–{steps[1]} (schedule: wait {s.get('wait')}, "
+                                       f"warmup {s.get('warmup')}, active {s.get('active')})")
+    rows = section.get(key, [])
+    device = any("self_device_ms" in r for r in rows)
+    table.add_column("op", overflow="fold")
+    for header in ("calls", "self CPU ms", "CPU total ms") + (("self device ms",) if device else ()):
+        table.add_column(header, justify="right")
+    for r in rows:
+        cells = [r["op"], f"{r['calls']:,}", f"{r['self_cpu_ms']:.3f}", f"{r['cpu_total_ms']:.3f}"]
+        if device:
+            cells.append(f"{r.get('self_device_ms', 0.0):.3f}")
+        table.add_row(*cells)
+    return table
+
+
+def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_reason: str | None = None) -> RenderableType:
+    """The advisor's findings as numbered paragraphs (from their record form)."""
+    if not findings:
+        return Text(none_reason or "no finding", style="green")
+    parts: list[RenderableType] = [Text("advisor: findings ranked by the time they could save", style="bold")]
+    for i, f in enumerate(findings, 1):
+        saving = float(f["est_saving_s"])
+        share = f" ({percent_short(saving / total_s)})" if total_s > 0 else ""
+        head = Text(f"{i}. {f['title']}", style="bold yellow")
+        head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
+        parts += [
+            head,
+            Text(f"   evidence: {f['evidence']}"),
+            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), f"   expected: {f['expected_gain']}"),
+            Text.assemble("   verify: ", (f["command"], "cyan")),
+        ]
+    return Group(*parts)
+
+
+def overhead_line(section: dict[str, Any]) -> str:
+    o = section.get("overhead") or {}
+    if "ratio" not in o or o["ratio"] is None:
+        return f"instrument overhead: {o.get('skipped', 'not measured')}"
+    names = {"before_learning": "before learning starts", "training": "while training"}
+    parts = ", ".join(f"×{r:.2f} {names[k]}" for k, r in o["by_regime"].items())
+    line = (f"instrument overhead: {' + '.join(o['instruments'])} ×{o['ratio']:.2f} over the run ({parts}): vector "
+            f"steps {o['steps'][0]}–{o['steps'][1]} took {o['replayed_profiled_s']:.2f} s profiled vs "
+            f"{o['replayed_plain_s']:.2f} s replayed without instruments (same seed, same process)")
+    if o["ratio"] < 1:
+        line += "; below 1, so noise exceeded the instruments' cost on this run"
+    return line
+
+
+def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
+    """Print a profiled run: phases, summary, cProfile, torch ops, GC, overhead, artifacts, advisor."""
+    from rich.console import Console
+
+    from rlperf.report.tables import phase_table, summary_table
+
+    console = Console()
+    p = record["profile"]
+    o = p.get("overhead") or {}
+    mode = record["timing"]["mode"]
+    if o.get("ratio"):
+        mode += f"; measured under {' + '.join(o['instruments'])} (×{o['ratio']:.2f} overhead)"
+    console.print(phase_table(record["phases"], title="phases", timing_mode=mode))
+    console.print(summary_table(record))
+    if p.get("cprofile"):
+        console.print(cprofile_table(p["cprofile"], title=f"cProfile: top {len(p['cprofile']['top'])} functions"))
+    t = p.get("torch")
+    if t:
+        if t.get("recorded"):
+            console.print(torch_ops_table(t))
+            if t.get("top_device_ops"):
+                console.print(torch_ops_table(t, "top_device_ops", "torch.profiler: top ops by self device time"))
+        else:
+            console.print(f"torch.profiler: {t.get('note')}", markup=False)
+    spy = p.get("py_spy")
+    if spy and spy.get("skipped"):
+        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
+    gc = p["gc"]
+    n = gc["collections"]
+    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
+                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of the loop; longest pause "
+                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+    console.print(overhead_line(p), highlight=False, markup=False)
+    run_dir = Path(record["run_dir"])
+    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
+                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
+        if key in p["artifacts"]:
+            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
+    adv = p["advisor"]
+    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    status = record["status"]
+    if not quiet or status != "completed":
+        line = f"run {record['name']}: {status} -> {record['run_dir']}"
+        if status == "failed":
+            line += f" ({record.get('error', 'see run.json')})"
+        print(line, file=sys.stderr)
+
+
+def notes(record: dict[str, Any]) -> list[str]:
+    """Caveats about the evidence: a run too short to profile, a machine too busy to time."""
+    found = []
+    short = _short_run_note(record)
+    if short:
+        found.append(short)
+    load = record["profile"].get("load") or {}
+    if load.get("loadavg_1m", 0.0) > load.get("cpus", 1.0) + 0.5:
+        found.append(f"note: load average {load['loadavg_1m']:.1f} on {load['cpus']:g} CPUs at the end of the run: "
+                     f"other processes competed for the CPUs, so timings and the overhead ratio are noisy")
+    return found
+
+
+def _short_run_note(record: dict[str, Any]) -> str | None:
+    timing, totals = record["timing"], record["totals"]
+    if timing["measured_steps"] == 0:
+        return (f"note: the run was {totals['vector_steps']} vector steps, all of them warm-up "
+                f"({timing['warmup_steps']}); the profile shows start-up, not the loop: run longer (--steps 50000)")
+    if totals["updates"] == 0:
+        return "note: the run ended before the first gradient update (train.learning_starts); train is not profiled"
+    return None

@@ -1,0 +1,124 @@
+"""Rich renderers for run data: pure functions from records to tables and text.
+
+Nothing here computes a metric; every number comes from a record section (DESIGN §4) or a
+``PhaseTimer.to_dict()``: ``totals``, ``throughput``, ``phases``, ``learning``, ``memory``.
+A missing value renders as "–".
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rlperf.report import units
+from rlperf.report.units import MISSING
+from rlperf.timers import PHASES
+
+
+
+def render_to_str(renderable: RenderableType, width: int = 100) -> str:
+    """Render to plain text (no colour, no terminal codes): for tests, logs and ``--quiet``."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        color_system=None,
+        force_terminal=False,
+        no_color=True,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(renderable)
+    return buffer.getvalue()
+
+
+def ordered_phases(phases: Mapping[str, Any]) -> list[str]:
+    """Phase names in loop order (:data:`PHASES`), then any others in the order given."""
+    return [name for name in PHASES if name in phases] + [name for name in phases if name not in PHASES]
+
+
+def phase_table(
+    phases: Mapping[str, Mapping[str, Any]],
+    title: str | None = None,
+    timing_mode: str | None = None,
+) -> Table:
+    """Per-phase time: total, share of the phase total, calls, mean, p50 and p95 per call."""
+    table = Table(title=title, caption=f"timing: {timing_mode}" if timing_mode else None)
+    table.add_column("phase")
+    for header in ("total s", "share", "calls", "mean ms", "p50 ms", "p95 ms"):
+        table.add_column(header, justify="right")
+    names = ordered_phases(phases)
+    for name in names:
+        p = phases[name]
+        called = bool(p.get("calls"))
+        table.add_row(
+            name,
+            units.fixed(p.get("total_s"), 3),
+            units.percent(p.get("share")),
+            units.count(p.get("calls")),
+            units.ms(p.get("mean_ms")) if called else MISSING,
+            units.ms(p.get("p50_ms")) if called else MISSING,
+            units.ms(p.get("p95_ms")) if called else MISSING,
+        )
+    totals = [phases[n].get("total_s") for n in names]
+    calls = [phases[n].get("calls") for n in names]
+    table.add_section()
+    table.add_row(
+        "total",
+        units.fixed(sum(t for t in totals if t is not None), 3) if names else MISSING,
+        units.percent(1.0) if any(totals) else MISSING,
+        units.count(sum(c for c in calls if c is not None)) if names else MISSING,
+        "",
+        "",
+        "",
+        style="bold",
+    )
+    return table
+
+
+def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> Table:
+    """The headline numbers of a run: work done, rates, learning, memory."""
+    totals = record.get("totals") or {}
+    throughput = record.get("throughput") or {}
+    learning = record.get("learning") or {}
+    memory = record.get("memory") or {}
+    caption = None
+    if totals.get("warmup_s") is not None:
+        caption = f"rates exclude {units.duration(totals['warmup_s'])} of warm-up"
+    table = Table(title=title, caption=caption, show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("status", record["status"])] if record.get("status") else []
+    rows += [
+        ("episodes", units.count(totals.get("episodes"))),
+        ("env steps", units.count(totals.get("env_steps"))),
+        ("updates", units.count(totals.get("updates"))),
+        ("wall time", units.duration(totals.get("wall_s"))),
+        ("env steps/s", units.rate(throughput.get("env_steps_per_s"))),
+        ("updates/s", units.rate(throughput.get("updates_per_s"))),
+        ("replay ratio", units.general(throughput.get("replay_ratio"))),
+        ("mean score (last 100)", units.fixed(learning.get("mean_score_last_100"), 2)),
+        ("best score", units.general(learning.get("best_score"))),
+        ("peak RSS", units.megabytes(memory.get("peak_rss_mb"))),
+        ("peak CUDA memory", units.megabytes(memory.get("peak_cuda_mb"))),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def print_table(table: Table) -> None:
+    """Print to stdout; on a pipe or a file, at the table's natural width instead of truncating to 80."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        natural = console.measure(table, options=console.options.update_width(1000)).maximum
+        console.width = max(console.width, natural)
+    console.print(table)
