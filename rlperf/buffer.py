@@ -1,33 +1,35 @@
 """The DQN replay buffer: a fixed-capacity ring of (obs, action, reward, next_obs, done).
 
-Two knobs live here (shared/DESIGN.md §2), each with the seed's slow form kept as a reference:
+Two knobs live here, each with its slow form kept as a reference (docs/bottlenecks.md §1, §2):
 
-- ``buffer.push`` — how a batch of ``n`` transitions from the vector env gets in.
-  ``loop`` is seed 001 §1 verbatim: one ``_push_one`` per board with a host copy of each
-  observation and three ``.item()`` calls (each a device sync on CUDA). ``batch`` is one vectorized
-  write of the whole batch (TorchRL style).
-- ``buffer.storage`` — where the ring lives. ``list`` is seed 000's "bad" form: a Python list of
-  tuples, sampled by a list comprehension and ``np.stack``. ``numpy`` is Stable-Baselines3's form:
-  preallocated host arrays, copied to the model's device on every sample. ``tensor`` keeps
-  preallocated tensors on the model's device and draws the sample indices there, so a sample never
-  leaves the device.
+- ``buffer.push`` — how a batch of ``n`` transitions from the vector env gets in. ``loop`` is the
+  per-board loop: one ``write_one`` per board with a host copy of each observation and three
+  ``.item()`` calls (each a device sync on CUDA). ``batch`` is one vectorized write of the whole
+  batch (at most two slice copies per field).
+- ``buffer.storage`` — where the ring lives. ``list`` is a Python list of tuples, sampled by a list
+  comprehension and ``np.stack``. ``numpy`` is Stable-Baselines3's form: preallocated host arrays,
+  copied to the model's device on every sample. ``tensor`` keeps preallocated tensors on the
+  model's device and draws the sample indices there, so a sample never leaves the device.
 
-Every combination stores exactly the same transitions in the same slots (tests check loop against
-batch for each storage), so a measured difference between knob values is pure overhead.
+Both are decided once, when the buffer is built: the storage is one of three classes, and
+:meth:`ReplayBuffer.push` is bound to the loop or the batch form. Every combination stores exactly
+the same transitions in the same slots (tests check loop against batch for each storage), so a
+measured difference between knob values is pure overhead.
 
-The capacity is checked against free memory before anything is allocated: Stable-Baselines3 warns
-when a buffer will not fit; rlperf refuses with the size asked for and a hint (DESIGN.md §7).
+The capacity is checked against free memory before anything is allocated (Stable-Baselines3
+warns when a buffer will not fit; rlperf refuses with the size asked for and a hint).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-import psutil
 import torch
 from torch import Tensor
 
+from rlperf.device import MemoryRefused, check_fits, is_out_of_memory
 from rlperf.errors import ConfigError, RlperfError
 
 __all__ = [
@@ -36,7 +38,6 @@ __all__ = [
     "Batch",
     "BufferMemoryError",
     "ReplayBuffer",
-    "available_memory",
 ]
 
 STORAGES: tuple[str, ...] = ("list", "numpy", "tensor")
@@ -47,11 +48,10 @@ _SCALAR_NBYTES = 8 + 4 + 4
 # Python objects a ``list`` slot holds on top of the raw data: the 5-tuple (~80 B), two ndarray
 # headers (~112 B each), a float and an int (~28 B each). An estimate, not an exact count.
 _LIST_SLOT_OVERHEAD = 384
-# Keep this share of the free memory for everything else (model, batches, the allocator's slack).
-_HEADROOM = 0.10
 _STATE_VERSION = 1
-# torch.OutOfMemoryError (CPU and CUDA) is new in torch 2.5; older versions only have the CUDA one.
-_TorchOOM: type[Exception] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+BufferMemoryError = MemoryRefused
+"""The replay buffer asked for more memory than its device has free (nothing was allocated)."""
 
 
 class Batch(NamedTuple):
@@ -69,37 +69,6 @@ class Batch(NamedTuple):
     """``(B,)`` float32, 1.0 where the episode terminated (truncation is not a done)."""
 
 
-class BufferMemoryError(RlperfError, MemoryError):
-    """The replay buffer asked for more memory than the machine has free."""
-
-
-def available_memory(device: torch.device) -> int:
-    """Bytes free for a new allocation on ``device``: host RAM, or the CUDA device's free memory.
-
-    A module-level function so that tests can monkeypatch it instead of asking for terabytes.
-    """
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    return int(psutil.virtual_memory().available)
-
-
-def _is_out_of_memory(exc: BaseException) -> bool:
-    """Whether an allocation failed for lack of memory (torch < 2.5 reports a CPU one as RuntimeError)."""
-    if isinstance(exc, (MemoryError, _TorchOOM)):
-        return True
-    text = str(exc).lower()
-    return "can't allocate memory" in text or "out of memory" in text
-
-
-def _format_bytes(nbytes: float) -> str:
-    """``1.5 GiB`` / ``12.0 MiB`` / ``3.0 KiB``: binary units, as ``free -h`` and nvidia-smi use."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{int(nbytes)} B"
-
-
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype host storages use for ``dtype`` (bfloat16 has none, hence an error)."""
     try:
@@ -111,8 +80,266 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
         ) from None
 
 
+# ---------------------------------------------------------------------------------- storages
+
+
+class _Storage:
+    """The ring's memory and its sampling generator. Slots are addressed by the buffer."""
+
+    name = ""
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, device: torch.device,
+                 seed: int) -> None:
+        self.capacity, self.obs_shape, self.obs_dtype, self.device = capacity, obs_shape, obs_dtype, device
+
+    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+                  done: Any) -> None:
+        """One transition, as the per-board loop hands it over (host arrays and Python scalars)."""
+        raise NotImplementedError
+
+    def write_batch(self, start: int, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor,
+                    dones: Tensor) -> None:
+        """``m = len(obs) <= capacity`` transitions into slots ``start, start + 1, ...`` (wrapping)."""
+        raise NotImplementedError
+
+    def sample(self, size: int, batch_size: int) -> Batch:
+        """``batch_size`` uniform draws (with replacement) from slots ``[0, size)``."""
+        raise NotImplementedError
+
+    def contents(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Slots ``[0, size)`` as CPU tensors that own their memory (obs, actions, rewards, next_obs, dones)."""
+        raise NotImplementedError
+
+    def load(self, size: int, fields: list[Tensor]) -> None:
+        """Put :meth:`contents`' tensors back into slots ``[0, size)``."""
+        raise NotImplementedError
+
+    rng_kind = ""
+
+    def rng_state(self) -> Any:
+        raise NotImplementedError
+
+    def set_rng_state(self, state: Any) -> None:
+        raise NotImplementedError
+
+
+def _ring_slices(start: int, m: int, capacity: int) -> int:
+    """``m`` slots from ``start`` as ``[start, start + first)`` then ``[0, m - first)``: returns ``first``."""
+    return min(m, capacity - start)
+
+
+class _HostRng:
+    """The host storages' index generator (numpy): what ``list`` and ``numpy`` share."""
+
+    rng_kind = "numpy"
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def draw(self, size: int, batch_size: int) -> np.ndarray:
+        return self._rng.integers(0, size, size=batch_size)
+
+    def rng_state(self) -> Any:
+        return self._rng.bit_generator.state
+
+    def set_rng_state(self, state: Any) -> None:
+        self._rng.bit_generator.state = state
+
+
+class ListStorage(_HostRng, _Storage):
+    """A Python list of tuples, grown by append until full; sampled by a comprehension and ``np.stack``."""
+
+    name = "list"
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, device: torch.device,
+                 seed: int) -> None:
+        _Storage.__init__(self, capacity, obs_shape, obs_dtype, device, seed)
+        _HostRng.__init__(self, seed)
+        self._np_dtype = _numpy_dtype(obs_dtype)
+        self._list: list[tuple[np.ndarray, Any, Any, np.ndarray, Any] | None] = []
+
+    def _put(self, slot: int, item: tuple[np.ndarray, Any, Any, np.ndarray, Any]) -> None:
+        if slot == len(self._list):
+            self._list.append(item)  # not full yet, so the slot is the list's end
+        else:
+            self._list[slot] = item
+
+    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+                  done: Any) -> None:
+        # Copy: on the CPU ``obs[i].cpu().numpy()`` is a view of the env's own buffer, which the
+        # env overwrites on its next step.
+        self._put(slot, (np.array(obs, dtype=self._np_dtype), action, reward, np.array(next_obs, dtype=self._np_dtype),
+                         done))
+
+    def write_batch(self, start: int, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor,
+                    dones: Tensor) -> None:
+        # astype copies, so the stored rows never alias the caller's tensors.
+        obs_h = obs.cpu().numpy().astype(self._np_dtype)
+        next_h = next_obs.cpu().numpy().astype(self._np_dtype)
+        a, r, d = actions.cpu().tolist(), rewards.cpu().tolist(), dones.cpu().tolist()
+        m = len(a)
+        if len(self._list) < self.capacity and start + m > len(self._list) and m >= self.capacity - len(self._list):
+            # This write reaches the list's end and wraps (or fills it exactly): pad to full length
+            # so every write is a slot assignment. Every pad is overwritten below.
+            self._list.extend([None] * (self.capacity - len(self._list)))
+        for j in range(m):
+            self._put((start + j) % self.capacity, (obs_h[j], a[j], r[j], next_h[j], d[j]))
+
+    def sample(self, size: int, batch_size: int) -> Batch:
+        items = [self._list[i] for i in self.draw(size, batch_size)]
+        arrays = (
+            np.stack([t[0] for t in items]),  # type: ignore[index]
+            np.array([t[1] for t in items], dtype=np.int64),  # type: ignore[index]
+            np.array([t[2] for t in items], dtype=np.float32),  # type: ignore[index]
+            np.stack([t[3] for t in items]),  # type: ignore[index]
+            np.array([t[4] for t in items], dtype=np.float32),  # type: ignore[index]
+        )
+        return Batch(*(torch.from_numpy(x).to(self.device) for x in arrays))
+
+    def contents(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        items = [t for t in self._list[:size] if t is not None]
+        empty_obs = np.empty((0, *self.obs_shape), dtype=self._np_dtype)
+        return (
+            torch.from_numpy(np.stack([t[0] for t in items]) if items else empty_obs),
+            torch.tensor([t[1] for t in items], dtype=torch.int64),
+            torch.tensor([float(t[2]) for t in items], dtype=torch.float32),
+            torch.from_numpy(np.stack([t[3] for t in items]) if items else empty_obs.copy()),
+            torch.tensor([float(t[4]) for t in items], dtype=torch.float32),
+        )
+
+    def load(self, size: int, fields: list[Tensor]) -> None:
+        obs, actions, rewards, next_obs, dones = fields
+        obs_np, next_np = obs.numpy().astype(self._np_dtype), next_obs.numpy().astype(self._np_dtype)
+        a, r, d = actions.tolist(), rewards.tolist(), dones.tolist()
+        self._list = [(obs_np[i], a[i], r[i], next_np[i], d[i]) for i in range(size)]
+
+
+class NumpyStorage(_HostRng, _Storage):
+    """Preallocated host arrays (Stable-Baselines3's form), copied to the device on every sample."""
+
+    name = "numpy"
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, device: torch.device,
+                 seed: int) -> None:
+        _Storage.__init__(self, capacity, obs_shape, obs_dtype, device, seed)
+        _HostRng.__init__(self, seed)
+        np_dtype = _numpy_dtype(obs_dtype)
+        # ``empty``, not ``zeros``: only the filled part is ever read.
+        self._fields = (
+            np.empty((capacity, *obs_shape), dtype=np_dtype),
+            np.empty((capacity,), dtype=np.int64),
+            np.empty((capacity,), dtype=np.float32),
+            np.empty((capacity, *obs_shape), dtype=np_dtype),
+            np.empty((capacity,), dtype=np.float32),
+        )
+
+    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+                  done: Any) -> None:
+        for dst, value in zip(self._fields, (obs, action, reward, next_obs, done)):
+            dst[slot] = value
+
+    def write_batch(self, start: int, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor,
+                    dones: Tensor) -> None:
+        # One host copy per field; numpy does the dtype casts so that contents match the loop path
+        # (which hands numpy arrays and Python scalars to the same storage) bit for bit.
+        m = obs.shape[0]
+        first = _ring_slices(start, m, self.capacity)
+        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones)):
+            host = src.cpu().numpy()
+            dst[start:start + first] = host[:first]
+            dst[:m - first] = host[first:]
+
+    def sample(self, size: int, batch_size: int) -> Batch:
+        idx = self.draw(size, batch_size)
+        return Batch(*(torch.from_numpy(f[idx]).to(self.device) for f in self._fields))
+
+    def contents(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return tuple(torch.from_numpy(f[:size].copy()) for f in self._fields)  # type: ignore[return-value]
+
+    def load(self, size: int, fields: list[Tensor]) -> None:
+        for dst, src in zip(self._fields, fields):
+            dst[:size] = src.numpy()
+
+
+class TensorStorage(_Storage):
+    """Preallocated tensors on the model's device; sample indices drawn there too."""
+
+    name = "tensor"
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, device: torch.device,
+                 seed: int) -> None:
+        super().__init__(capacity, obs_shape, obs_dtype, device, seed)
+        self._fields = (
+            torch.empty((capacity, *obs_shape), dtype=obs_dtype, device=device),
+            torch.empty((capacity,), dtype=torch.int64, device=device),
+            torch.empty((capacity,), dtype=torch.float32, device=device),
+            torch.empty((capacity, *obs_shape), dtype=obs_dtype, device=device),
+            torch.empty((capacity,), dtype=torch.float32, device=device),
+        )
+        self._rng = torch.Generator(device=device)
+        self._rng.manual_seed(seed)
+
+    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+                  done: Any) -> None:
+        # Each of these is a separate host-to-device copy or fill kernel: that is the point.
+        f = self._fields
+        f[0][slot] = torch.from_numpy(obs)
+        f[1][slot] = action
+        f[2][slot] = reward
+        f[3][slot] = torch.from_numpy(next_obs)
+        f[4][slot] = float(done)
+
+    def write_batch(self, start: int, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor,
+                    dones: Tensor) -> None:
+        # The ring as at most two contiguous slice copies, [start, start + first) then the wrapped
+        # head: ``start`` is a host int, so no sync, and ``copy_`` casts and moves in the same kernel
+        # (one op per field, where an index scatter needs an index and a cast first).
+        m = obs.shape[0]
+        first = _ring_slices(start, m, self.capacity)
+        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones)):
+            dst[start:start + first].copy_(src[:first])
+            if first < m:
+                dst[:m - first].copy_(src[first:])
+
+    def sample(self, size: int, batch_size: int) -> Batch:
+        # Indices drawn on the storage's own device: the gather never touches the host.
+        idx = torch.randint(size, (batch_size,), device=self.device, generator=self._rng)
+        return Batch(*(f.index_select(0, idx) for f in self._fields))
+
+    def contents(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        # copy=True: on the CPU ``.to("cpu")`` would return a view of the live ring.
+        return tuple(f[:size].to("cpu", copy=True) for f in self._fields)  # type: ignore[return-value]
+
+    def load(self, size: int, fields: list[Tensor]) -> None:
+        for dst, src in zip(self._fields, fields):
+            dst[:size].copy_(src)
+
+    @property
+    def rng_kind(self) -> str:  # type: ignore[override]
+        return f"torch-{self.device.type}"
+
+    def rng_state(self) -> Any:
+        return self._rng.get_state().clone()
+
+    def set_rng_state(self, state: Any) -> None:
+        self._rng.set_state(state)
+
+
+_STORAGE_CLASSES: dict[str, type[_Storage]] = {"list": ListStorage, "numpy": NumpyStorage, "tensor": TensorStorage}
+
+
+# ---------------------------------------------------------------------------------- the buffer
+
+
 class ReplayBuffer:
     """A uniform-sampling ring buffer of transitions for DQN.
+
+    ``push(obs, actions, rewards, next_obs, dones)`` adds ``n`` transitions from one vector-env
+    step: ``(n, *obs_shape)`` observations the actions were taken in, ``(n,)`` actions and rewards,
+    the observations after the step (the final observation for a board that just finished, not the
+    reset one) and ``(n,)`` *terminated* flags (a truncated episode must still bootstrap, so pass
+    terminations only). Inputs may live on any device. With ``n > capacity`` only the last
+    ``capacity`` transitions are kept, in the slots a one-by-one push would have left them in.
 
     Args:
         capacity: number of transitions kept; the oldest is overwritten first (``buffer.capacity``).
@@ -120,16 +347,22 @@ class ReplayBuffer:
         device: the model's device; :meth:`sample` returns tensors there. With ``storage="tensor"``
             the ring itself is allocated there too.
         storage: ``"list"``, ``"numpy"`` or ``"tensor"`` (``buffer.storage``; see the module doc).
+        push: ``"batch"`` (one vectorized write) or ``"loop"`` (per board, with host copies and
+            ``.item()``), the ``buffer.push`` knob. Both leave identical contents.
         obs_dtype: dtype observations are stored and sampled in (``torch.uint8`` for pixels).
         seed: seeds the index generator: a ``numpy.random.Generator`` for the host storages, a
             ``torch.Generator`` on ``device`` for ``tensor``. Same seed and pushes, same samples.
         check_memory: refuse (:class:`BufferMemoryError`) when the estimate does not fit in the free
-            memory with 10% headroom. Turn off only to overcommit on purpose.
+            memory with the headroom every rlperf memory check keeps. Off when the caller has
+            checked the whole run's memory already (``rlperf train`` does).
 
     Raises:
-        ConfigError: ``capacity < 1``, a bad ``obs_shape``, or an unknown ``storage``.
+        ConfigError: ``capacity < 1``, a bad ``obs_shape``, or an unknown ``storage`` or ``push``.
         BufferMemoryError: the buffer cannot fit in the free memory of the device that would hold it.
     """
+
+    push: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], None]
+    """Add a batch of transitions: the ``buffer.push`` form chosen at construction."""
 
     def __init__(
         self,
@@ -137,6 +370,7 @@ class ReplayBuffer:
         obs_shape: tuple[int, ...],
         device: torch.device | str,
         storage: str = "tensor",
+        push: str = "batch",
         obs_dtype: torch.dtype = torch.float32,
         seed: int = 0,
         check_memory: bool = True,
@@ -147,9 +381,9 @@ class ReplayBuffer:
                 hint="set buffer.capacity to the number of transitions to keep, e.g. 100000",
             )
         if storage not in STORAGES:
-            raise ConfigError(
-                f"unknown storage {storage!r} for buffer.storage; expected one of {', '.join(STORAGES)}"
-            )
+            raise ConfigError(f"unknown storage {storage!r} for buffer.storage; expected one of {', '.join(STORAGES)}")
+        if push not in PUSH_MODES:
+            raise ConfigError(f"unknown push mode {push!r} for buffer.push; expected one of {', '.join(PUSH_MODES)}")
         obs_shape = tuple(obs_shape)
         if not all(isinstance(d, (int, np.integer)) and d >= 1 for d in obs_shape):
             raise ConfigError(f"observation shape must be positive whole numbers, got {obs_shape!r}")
@@ -158,6 +392,7 @@ class ReplayBuffer:
         self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_shape)
         self.device: torch.device = torch.device(device)
         self.storage: str = storage
+        self.push_mode: str = push
         self.obs_dtype: torch.dtype = obs_dtype
         self.seed: int = int(seed)
         self._cursor = 0  # the slot the next transition goes to
@@ -165,33 +400,24 @@ class ReplayBuffer:
 
         # Host storages need a numpy dtype; find out before the memory check so that a bad dtype
         # reads as a dtype problem, not a memory one.
-        self._np_obs_dtype = _numpy_dtype(obs_dtype) if storage != "tensor" else None
+        if storage != "tensor":
+            _numpy_dtype(obs_dtype)
         if check_memory:
             self._check_memory()
-
         try:
-            self._allocate()
+            self._store = _STORAGE_CLASSES[storage](self.capacity, self.obs_shape, obs_dtype, self.device, self.seed)
         except (MemoryError, RuntimeError) as exc:
-            if not _is_out_of_memory(exc):
+            if not is_out_of_memory(exc):
                 raise
             # The estimate said it fits (or the check is off) but the allocator disagrees
             # (fragmentation, another process): the same clear message instead of a C++ traceback.
-            needed = self.estimate_nbytes(self.capacity, self.obs_shape, obs_dtype, storage=storage)
             raise BufferMemoryError(
-                f"replay buffer of {_format_bytes(needed)} (buffer.capacity={self.capacity}) could not be "
-                f"allocated on {self._memory_device()}: out of memory",
-                hint="lower buffer.capacity",
-            ) from exc
+                f"replay buffer (buffer.capacity={self.capacity}) could not be allocated on "
+                f"{self._memory_device()}: out of memory", hint="lower buffer.capacity") from exc
+        # The knob, decided once: the loop and the hot path never ask which form is on.
+        self.push = self._push_loop if push == "loop" else self._push_batch
 
-        if storage == "tensor":
-            self._torch_rng: torch.Generator | None = torch.Generator(device=self.device)
-            self._torch_rng.manual_seed(self.seed)
-            self._np_rng: np.random.Generator | None = None
-        else:
-            self._torch_rng = None
-            self._np_rng = np.random.default_rng(self.seed)
-
-    # ------------------------------------------------------------------ sizing and allocation
+    # ------------------------------------------------------------------ sizing
 
     @staticmethod
     def estimate_nbytes(
@@ -216,42 +442,12 @@ class ReplayBuffer:
         return self.device if self.storage == "tensor" else torch.device("cpu")
 
     def _check_memory(self) -> None:
-        """Refuse before allocating when the full buffer would not fit with headroom to spare."""
         needed = self.estimate_nbytes(self.capacity, self.obs_shape, self.obs_dtype, storage=self.storage)
-        where = self._memory_device()
-        free = available_memory(where)
-        usable = int(free * (1.0 - _HEADROOM))
-        if needed <= usable:
-            return
         per_slot = needed // self.capacity
-        fits = usable // per_slot
-        place = "host memory" if where.type == "cpu" else f"memory on {where}"
-        raise BufferMemoryError(
-            f"replay buffer needs {_format_bytes(needed)} (buffer.capacity={self.capacity}, obs "
-            f"{self.obs_shape} {str(self.obs_dtype).removeprefix('torch.')}, storage={self.storage}) "
-            f"but only {_format_bytes(free)} of {place} is free",
-            hint=f"lower buffer.capacity to at most {max(fits, 0)}",
-        )
-
-    def _allocate(self) -> None:
-        """Create the ring. ``empty``, not ``zeros``: only the filled part is ever read."""
-        cap, shape = self.capacity, self.obs_shape
-        if self.storage == "list":
-            # Grows by append until full, then slots are replaced in place (seed 000).
-            self._list: list[tuple[np.ndarray, int, float, np.ndarray, float]] = []
-        elif self.storage == "numpy":
-            self._np_obs = np.empty((cap, *shape), dtype=self._np_obs_dtype)
-            self._np_next_obs = np.empty((cap, *shape), dtype=self._np_obs_dtype)
-            self._np_actions = np.empty((cap,), dtype=np.int64)
-            self._np_rewards = np.empty((cap,), dtype=np.float32)
-            self._np_dones = np.empty((cap,), dtype=np.float32)
-        else:
-            dev = self.device
-            self._obs = torch.empty((cap, *shape), dtype=self.obs_dtype, device=dev)
-            self._next_obs = torch.empty((cap, *shape), dtype=self.obs_dtype, device=dev)
-            self._actions = torch.empty((cap,), dtype=torch.int64, device=dev)
-            self._rewards = torch.empty((cap,), dtype=torch.float32, device=dev)
-            self._dones = torch.empty((cap,), dtype=torch.float32, device=dev)
+        what = (f"replay buffer (obs {self.obs_shape} {str(self.obs_dtype).removeprefix('torch.')}, "
+                f"storage={self.storage})")
+        check_fits(what, {"replay": (needed, f"buffer.capacity={self.capacity}")}, self._memory_device(),
+                   {"replay": lambda room: f"lower buffer.capacity to at most {room // per_slot}"})
 
     # ------------------------------------------------------------------ push
 
@@ -262,34 +458,11 @@ class ReplayBuffer:
     def __repr__(self) -> str:
         return (
             f"ReplayBuffer(capacity={self.capacity}, size={self._size}, obs_shape={self.obs_shape}, "
-            f"obs_dtype={self.obs_dtype}, storage={self.storage!r}, device={str(self.device)!r})"
+            f"obs_dtype={self.obs_dtype}, storage={self.storage!r}, push={self.push_mode!r}, "
+            f"device={str(self.device)!r})"
         )
 
-    def push(
-        self,
-        obs: Tensor,
-        actions: Tensor,
-        rewards: Tensor,
-        next_obs: Tensor,
-        dones: Tensor,
-        mode: str = "batch",
-    ) -> None:
-        """Add ``n`` transitions from one vector-env step.
-
-        Args:
-            obs: ``(n, *obs_shape)`` observations the actions were taken in (any device).
-            actions: ``(n,)`` integer actions.
-            rewards: ``(n,)`` rewards.
-            next_obs: ``(n, *obs_shape)`` observations after the step (the final observation for a
-                board that just finished, not the reset one).
-            dones: ``(n,)`` bool/float *terminated* flags. Pass terminations only: a truncated
-                episode must still bootstrap from ``next_obs``.
-            mode: ``"batch"`` (one vectorized write) or ``"loop"`` (seed 001's per-board loop),
-                the ``buffer.push`` knob. Both leave identical contents.
-
-        When ``n > capacity`` only the last ``capacity`` transitions are kept, in the same slots a
-        one-by-one push would have left them in.
-        """
+    def _check_shapes(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, dones: Tensor) -> int:
         n = obs.shape[0]
         if obs.shape[1:] != self.obs_shape or next_obs.shape != obs.shape:
             raise ValueError(
@@ -301,116 +474,35 @@ class ReplayBuffer:
                 f"push expects actions, rewards and dones of shape ({n},), got {tuple(actions.shape)}, "
                 f"{tuple(rewards.shape)} and {tuple(dones.shape)}"
             )
-        if mode == "batch":
-            if n:
-                self._push_batch(obs, actions, rewards, next_obs, dones)
-        elif mode == "loop":
-            # Seed 001 §1 as written: per board, two host copies and three .item() syncs.
-            for i in range(n):
-                self._push_one(
-                    obs[i].cpu().numpy(),
-                    actions[i].item(),
-                    rewards[i].item(),
-                    next_obs[i].cpu().numpy(),
-                    dones[i].item(),
-                )
-        else:
-            raise ConfigError(f"unknown push mode {mode!r} for buffer.push; expected one of {', '.join(PUSH_MODES)}")
+        return int(n)
 
-    def _push_one(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: Any) -> None:
-        """Write one transition at the cursor (the slow reference path)."""
-        c = self._cursor
-        if self.storage == "list":
-            # Copy: on the CPU ``obs[i].cpu().numpy()`` is a view of the env's own buffer, which the
-            # env overwrites on its next step.
-            item = (
-                np.array(obs, dtype=self._np_obs_dtype),
-                action,
-                reward,
-                np.array(next_obs, dtype=self._np_obs_dtype),
-                done,
+    def _push_loop(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, dones: Tensor) -> None:
+        """The slow form: per board, two host copies and three ``.item()`` syncs."""
+        n = self._check_shapes(obs, actions, rewards, next_obs, dones)
+        for i in range(n):
+            self._store.write_one(
+                self._cursor,
+                obs[i].cpu().numpy(),
+                actions[i].item(),
+                rewards[i].item(),
+                next_obs[i].cpu().numpy(),
+                dones[i].item(),
             )
-            if len(self._list) < self.capacity:
-                self._list.append(item)  # not full yet, so the cursor is the list's end
-            else:
-                self._list[c] = item
-        elif self.storage == "numpy":
-            self._np_obs[c] = obs
-            self._np_actions[c] = action
-            self._np_rewards[c] = reward
-            self._np_next_obs[c] = next_obs
-            self._np_dones[c] = done
-        else:
-            # Each of these is a separate host-to-device copy or fill kernel: that is the point.
-            self._obs[c] = torch.from_numpy(obs)
-            self._actions[c] = action
-            self._rewards[c] = reward
-            self._next_obs[c] = torch.from_numpy(next_obs)
-            self._dones[c] = float(done)
-        self._cursor = (c + 1) % self.capacity
-        self._size = min(self._size + 1, self.capacity)
+            self._cursor = (self._cursor + 1) % self.capacity
+            self._size = min(self._size + 1, self.capacity)
 
     def _push_batch(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, dones: Tensor) -> None:
-        """Write ``n >= 1`` transitions at once; the fast path."""
-        n = obs.shape[0]
+        """The fast form: the whole batch at once."""
+        n = self._check_shapes(obs, actions, rewards, next_obs, dones)
+        if not n:
+            return
         # With more transitions than slots, the first ``skip`` would be overwritten within this same
         # call, so drop them and start writing where the one-by-one loop would have put the survivors.
         skip = max(0, n - self.capacity)
-        m = n - skip
         start = (self._cursor + skip) % self.capacity
         if skip:
-            obs, actions, rewards = obs[skip:], actions[skip:], rewards[skip:]
-            next_obs, dones = next_obs[skip:], dones[skip:]
-
-        if self.storage == "tensor":
-            # The ring as at most two contiguous slice copies, [start, end) then the wrapped head:
-            # ``start`` is a host int, so no sync, and ``copy_`` casts and moves in the same kernel
-            # (one op per field, where an index scatter needs an index and a cast first).
-            first = min(m, self.capacity - start)
-            for dst, src in (
-                (self._obs, obs),
-                (self._next_obs, next_obs),
-                (self._actions, actions),
-                (self._rewards, rewards),
-                (self._dones, dones),
-            ):
-                dst[start : start + first].copy_(src[:first])
-                if first < m:
-                    dst[: m - first].copy_(src[first:])
-        else:
-            # One host copy per field; numpy does the dtype casts so that contents match the loop
-            # path (which hands numpy arrays and Python scalars to the same storage) bit for bit.
-            obs_h = obs.cpu().numpy()
-            next_h = next_obs.cpu().numpy()
-            if self.storage == "numpy":
-                # The ring as at most two contiguous slice writes: [start, end) then the wrapped head.
-                first = min(m, self.capacity - start)
-                for dst, src in (
-                    (self._np_obs, obs_h),
-                    (self._np_next_obs, next_h),
-                    (self._np_actions, actions.cpu().numpy()),
-                    (self._np_rewards, rewards.cpu().numpy()),
-                    (self._np_dones, dones.cpu().numpy()),
-                ):
-                    dst[start : start + first] = src[:first]
-                    dst[: m - first] = src[first:]
-            else:
-                # astype copies, so the stored rows never alias the caller's tensors.
-                obs_h = obs_h.astype(self._np_obs_dtype)
-                next_h = next_h.astype(self._np_obs_dtype)
-                a, r, d = actions.cpu().tolist(), rewards.cpu().tolist(), dones.cpu().tolist()
-                if len(self._list) < self.capacity and self._size + n >= self.capacity:
-                    # This push fills the ring, possibly wrapping (or skipping) past the list's end:
-                    # pad to full length so every write is a slot assignment. Every pad is overwritten
-                    # below, since each slot from the old end onwards receives a transition.
-                    self._list.extend([None] * (self.capacity - len(self._list)))  # type: ignore[list-item]
-                for j in range(m):
-                    item = (obs_h[j], a[j], r[j], next_h[j], d[j])
-                    slot = (start + j) % self.capacity
-                    if slot == len(self._list):
-                        self._list.append(item)
-                    else:
-                        self._list[slot] = item
+            obs, actions, rewards, next_obs, dones = obs[skip:], actions[skip:], rewards[skip:], next_obs[skip:], dones[skip:]
+        self._store.write_batch(start, obs, actions, rewards, next_obs, dones)
         self._cursor = (self._cursor + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
 
@@ -423,74 +515,15 @@ class ReplayBuffer:
             RlperfError: fewer than ``batch_size`` transitions are held.
         """
         if batch_size < 1:
-            raise ConfigError(f"batch size must be ≥ 1, got {batch_size}", hint="set train.batch_size ≥ 1")
+            raise ConfigError(f"batch size must be ≥ 1, got {batch_size}", hint="set buffer.batch_size ≥ 1")
         if self._size < batch_size:
             raise RlperfError(
                 f"cannot sample {batch_size} transitions: the replay buffer holds only {self._size}",
-                hint="start training after at least train.batch_size transitions (train.learning_starts)",
+                hint="start training after at least buffer.batch_size transitions (train.learning_starts)",
             )
-        if self.storage == "tensor":
-            # Indices drawn on the storage's own device: the gather never touches the host.
-            idx = torch.randint(self._size, (batch_size,), device=self.device, generator=self._torch_rng)
-            return Batch(
-                self._obs.index_select(0, idx),
-                self._actions.index_select(0, idx),
-                self._rewards.index_select(0, idx),
-                self._next_obs.index_select(0, idx),
-                self._dones.index_select(0, idx),
-            )
-        idx = self._np_rng.integers(0, self._size, size=batch_size)
-        if self.storage == "numpy":
-            arrays = (
-                self._np_obs[idx],
-                self._np_actions[idx],
-                self._np_rewards[idx],
-                self._np_next_obs[idx],
-                self._np_dones[idx],
-            )
-        else:
-            # Seed 000's form: gather Python tuples, then stack field by field.
-            items = [self._list[i] for i in idx]
-            arrays = (
-                np.stack([t[0] for t in items]),
-                np.array([t[1] for t in items], dtype=np.int64),
-                np.array([t[2] for t in items], dtype=np.float32),
-                np.stack([t[3] for t in items]),
-                np.array([t[4] for t in items], dtype=np.float32),
-            )
-        return Batch(*(torch.from_numpy(a).to(self.device) for a in arrays))
+        return self._store.sample(self._size, batch_size)
 
     # ------------------------------------------------------------------ checkpointing
-
-    def _contents(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Slots ``[0, size)`` as CPU tensors that own their memory (obs, actions, rewards, next_obs, dones)."""
-        s = self._size
-        if self.storage == "tensor":
-            fields = (self._obs, self._actions, self._rewards, self._next_obs, self._dones)
-            # copy=True: on the CPU ``.to("cpu")`` would return a view of the live ring.
-            return tuple(t[:s].to("cpu", copy=True) for t in fields)  # type: ignore[return-value]
-        if self.storage == "numpy":
-            fields_np = (self._np_obs, self._np_actions, self._np_rewards, self._np_next_obs, self._np_dones)
-            return tuple(torch.from_numpy(a[:s].copy()) for a in fields_np)  # type: ignore[return-value]
-        empty_obs = np.empty((0, *self.obs_shape), dtype=self._np_obs_dtype)
-        items = self._list
-        return (
-            torch.from_numpy(np.stack([t[0] for t in items]) if items else empty_obs),
-            torch.tensor([t[1] for t in items], dtype=torch.int64),
-            torch.tensor([float(t[2]) for t in items], dtype=torch.float32),
-            torch.from_numpy(np.stack([t[3] for t in items]) if items else empty_obs.copy()),
-            torch.tensor([float(t[4]) for t in items], dtype=torch.float32),
-        )
-
-    @property
-    def _rng_kind(self) -> str:
-        """Which generator draws the sample indices; states only restore into the same kind."""
-        return f"torch-{self.device.type}" if self._torch_rng is not None else "numpy"
-
-    def _rng_state(self) -> dict[str, Any]:
-        if self._torch_rng is not None:
-            return {"kind": self._rng_kind, "state": self._torch_rng.get_state().clone()}
-        return {"kind": self._rng_kind, "state": self._np_rng.bit_generator.state}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: the filled slots, cursor, size and sampling RNG.
@@ -498,7 +531,7 @@ class ReplayBuffer:
         Tensors are on the CPU and the rest is plain Python, so ``torch.save`` /
         ``torch.load(weights_only=True)`` round-trip it.
         """
-        obs, actions, rewards, next_obs, dones = self._contents()
+        obs, actions, rewards, next_obs, dones = self._store.contents(self._size)
         return {
             "version": _STATE_VERSION,
             "storage": self.storage,
@@ -512,7 +545,7 @@ class ReplayBuffer:
             "rewards": rewards,
             "next_obs": next_obs,
             "dones": dones,
-            "rng": self._rng_state(),
+            "rng": {"kind": self._store.rng_kind, "state": self._store.rng_state()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -536,10 +569,10 @@ class ReplayBuffer:
                 f"has capacity {self.capacity}, obs {self.obs_shape} {self.obs_dtype}",
                 hint=hint,
             )
-        if rng["kind"] != self._rng_kind:
+        if rng["kind"] != self._store.rng_kind:
             raise RlperfError(
                 f"replay buffer state was saved with a {rng['kind']} sampling RNG; storage={self.storage} "
-                f"on {self.device} uses {self._rng_kind}",
+                f"on {self.device} uses {self._store.rng_kind}",
                 hint=hint,
             )
         if not (0 <= size <= capacity and 0 <= cursor < capacity and (size == capacity or cursor == size)):
@@ -547,22 +580,6 @@ class ReplayBuffer:
         if any(f.shape[0] != size for f in fields):
             rows = [f.shape[0] for f in fields]
             raise RlperfError(f"replay buffer state holds {rows} rows for size {size}", hint=hint)
-
-        obs, actions, rewards, next_obs, dones = fields
-        if self.storage == "tensor":
-            for dst, src in zip((self._obs, self._actions, self._rewards, self._next_obs, self._dones), fields):
-                dst[:size].copy_(src)
-        elif self.storage == "numpy":
-            dsts = (self._np_obs, self._np_actions, self._np_rewards, self._np_next_obs, self._np_dones)
-            for dst, src in zip(dsts, fields):
-                dst[:size] = src.numpy()
-        else:
-            obs_np, next_np = obs.numpy().astype(self._np_obs_dtype), next_obs.numpy().astype(self._np_obs_dtype)
-            a, r, d = actions.tolist(), rewards.tolist(), dones.tolist()
-            self._list = [(obs_np[i], a[i], r[i], next_np[i], d[i]) for i in range(size)]
+        self._store.load(size, fields)
         self._cursor, self._size = cursor, size
-
-        if self._torch_rng is not None:
-            self._torch_rng.set_state(rng["state"])
-        else:
-            self._np_rng.bit_generator.state = rng["state"]
+        self._store.set_rng_state(rng["state"])

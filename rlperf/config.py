@@ -36,7 +36,6 @@ __all__ = [
     "apply_overrides",
     "config_from",
     "config_to_dict",
-    "describe_keys",
     "flat_keys",
     "load_config",
     "loads_config",
@@ -60,7 +59,7 @@ class RunConfig(BaseModel):
 
     seed: int = Field(0, description="seed for the envs, the network and ε-greedy")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
-    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default")
+    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default (docs/bottlenecks.md §14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
     timing: Literal["auto", "sync", "events", "off"] = Field(
         "auto", description="phase timer mode on CUDA; auto = events on CUDA, perf_counter on CPU"
@@ -89,10 +88,12 @@ class EnvConfig(BaseModel):
         "features", description="features = danger/heading/fruit vector for an MLP; grid = board planes for a CNN"
     )
     flood_fill: Literal["off", "bfs", "tensor"] = Field(
-        "off", description="reachable-space features: off; bfs = per-board Python BFS; tensor = batched on the device"
+        "off", description="reachable-space features: off; bfs = per-board Python BFS; tensor = batched on the device "
+        "(docs/bottlenecks.md §4)"
     )
     backend: Literal["tensor", "gym-sync", "gym-async"] = Field(
-        "tensor", description="tensor = native batched env; gym-sync, gym-async = gymnasium wrappers over single boards"
+        "tensor", description="tensor = native batched env; gym-sync, gym-async = gymnasium wrappers over single boards "
+        "(docs/bottlenecks.md §5)"
     )
 
     @model_validator(mode="after")
@@ -119,12 +120,14 @@ class AgentConfig(BaseModel):
     huber: bool = Field(True, description="Huber loss; false = MSE")
     grad_clip: float = Field(10.0, ge=0, description="max gradient norm; 0 = no clipping")
     target_update: Literal["hard", "soft"] = Field(
-        "soft", description="hard = copy the weights every agent.target_every updates; soft = lerp by agent.tau"
+        "soft", description="hard = copy the weights every agent.target_every updates; soft = lerp by agent.tau "
+        "(docs/bottlenecks.md §7)"
     )
     tau: float = Field(0.005, gt=0, le=1, description="soft target update rate, in (0, 1]")
     target_every: int = Field(500, ge=1, description="gradient updates between hard target copies")
     inference: Literal["grad", "no_grad"] = Field(
-        "no_grad", description="action selection: grad = autograd on; no_grad = under inference_mode, eval mode"
+        "no_grad", description="action selection: grad = autograd records a graph; no_grad = under torch.inference_mode "
+        "(docs/bottlenecks.md §8)"
     )
     eps_start: float = Field(1.0, ge=0, le=1, description="ε at the start, 0 to 1")
     eps_end: float = Field(0.05, ge=0, le=1, description="ε after the decay, 0 to 1")
@@ -139,10 +142,10 @@ class BufferConfig(BaseModel):
     capacity: int = Field(100_000, ge=1, description="transitions kept, at least buffer.batch_size")
     batch_size: int = Field(256, ge=1, description="transitions per gradient update")
     storage: Literal["list", "numpy", "tensor"] = Field(
-        "tensor", description="list of tuples, host numpy arrays, or tensors on the model's device"
+        "tensor", description="list of tuples, host numpy arrays, or tensors on the model's device (docs/bottlenecks.md §2)"
     )
     push: Literal["loop", "batch"] = Field(
-        "batch", description="loop = per-board push with host copies; batch = one vectorized write"
+        "batch", description="loop = per-board push with host copies; batch = one vectorized write (docs/bottlenecks.md §1)"
     )
 
     @model_validator(mode="after")
@@ -163,16 +166,16 @@ class TrainConfig(BaseModel):
     episodes: int = Field(0, ge=0, description="stop after this many finished episodes across boards; 0 = no limit")
     steps: int = Field(0, ge=0, description="stop after this many env transitions; 0 = no limit")
     train_ratio: float = Field(
-        1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps"
+        1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps (docs/bottlenecks.md §3)"
     )
     learning_starts: int = Field(5_000, ge=0, description="env transitions collected before updates start")
-    log_every: int = Field(100, ge=1, description="vector steps between log phases; 1 = sync and print every step")
-    amp: Literal["off", "bf16", "fp16"] = Field("off", description="mixed precision for the update")
+    log_every: int = Field(100, ge=1, description="vector steps between log phases; 1 = sync and log every step (docs/bottlenecks.md §9)")
+    amp: Literal["off", "bf16", "fp16"] = Field("off", description="mixed precision for the update (docs/bottlenecks.md §10)")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune", "jit"] = Field(
-        "off", description="torch.compile mode for the network, or jit for TorchScript"
+        "off", description="torch.compile mode for the network, or jit for TorchScript (docs/bottlenecks.md §11)"
     )
-    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
-    gc: Literal["on", "off", "freeze"] = Field("on", description="Python garbage collector during the loop")
+    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step (docs/bottlenecks.md §12)")
+    gc: Literal["on", "off", "freeze"] = Field("on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)")
     warmup_steps: int = Field(10, ge=0, description="first vector steps, excluded from rates")
     checkpoint: bool = Field(True, description="write checkpoint.pt at the end of the run")
     tensorboard: bool = Field(False, description="write TensorBoard scalars")
@@ -186,14 +189,16 @@ class AsyncConfig(BaseModel):
     actors: int = Field(2, ge=1, description="actor processes")
     envs_per_actor: int = Field(64, ge=1, description="boards each actor steps")
     buffer: Literal["locked", "lockfree"] = Field(
-        "lockfree", description="locked = one lock over add and sample; lockfree = per-actor single-writer rings"
+        "lockfree", description="locked = one lock over add and sample; lockfree = per-actor single-writer rings "
+        "(docs/bottlenecks.md §15)"
     )
     wait: Literal["sleep", "event"] = Field(
-        "event", description="how the learner waits for data: sleep = poll; event = block on an event"
+        "event", description="how the learner waits for data: sleep = poll; event = block on an event (docs/bottlenecks.md §16)"
     )
-    weight_check: Literal["on", "off"] = Field("off", description="clone and compare the weights on every sync")
+    weight_check: Literal["on", "off"] = Field(
+        "off", description="clone and compare the weights on every sync (docs/bottlenecks.md §17)")
     publish: Literal["state_dict", "shared"] = Field(
-        "shared", description="weights to actors as a CPU state dict or through versioned shared tensors"
+        "shared", description="weights to actors as a CPU state dict or through versioned shared tensors (docs/bottlenecks.md §18)"
     )
     publish_every: int = Field(10, ge=1, description="learner updates between weight publications")
     restart_actors: bool = Field(False, description="restart an actor that dies instead of ending the run")
@@ -303,15 +308,6 @@ def to_toml(cfg: Config) -> str:
 def flat_keys(cfg: Config) -> dict[str, Any]:
     """Every value under its ``"section.key"`` name, in declaration order."""
     return {f"{section}.{key}": value for section, table in config_to_dict(cfg).items() for key, value in table.items()}
-
-
-def describe_keys() -> dict[str, str]:
-    """Every ``"section.key"`` with its one-line description (for help text and docs)."""
-    return {
-        f"{section}.{key}": info.description or ""
-        for section, model in _SECTIONS.items()
-        for key, info in model.model_fields.items()
-    }
 
 
 # ---------------------------------------------------------------------------------------------

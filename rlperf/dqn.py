@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import importlib
 import math
+import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -69,14 +71,13 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
         raise ConfigError(f"train.compile={train.compile} relies on CUDA graphs / GPU autotuning", hint="use train.compile=default on the CPU")
     if train.compile in ("default", "reduce-overhead", "max-autotune"):
         try:
-            import torch._inductor  # noqa: F401
+            # By name: an ``import torch._inductor`` statement here would make ``torch`` a local
+            # name of this whole function (the bf16 check above would then fail on CUDA).
+            importlib.import_module("torch._inductor")
         except Exception as exc:  # pragma: no cover - depends on the install
             raise ConfigError(f"train.compile={train.compile} needs torch.compile's inductor backend: {exc}") from None
-        if device.type == "cpu":
-            import shutil
-
-            if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
-                raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
+        if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
+            raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
 
 
 def epsilon_at(cfg: Config, env_steps: int) -> float:
@@ -87,11 +88,16 @@ def epsilon_at(cfg: Config, env_steps: int) -> float:
 
 
 class Agent:
-    """Online and target Q-networks, the optimizer, and the update with its knobs."""
+    """Online and target Q-networks, the optimizer, and the update with its knobs.
+
+    Every knob of the update is decided here, once: the forward functions (``train.compile``), the
+    autocast and gradient scaler (``train.amp``), the loss, the Double-DQN action chooser, gradient
+    clipping, the target update (``agent.target_update``) and the context action selection runs in
+    (``agent.inference``). :meth:`act` and :meth:`update` then run the same code for every config.
+    """
 
     def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device) -> None:
         a, t = cfg.agent, cfg.train
-        self.cfg = cfg
         self.device = device
         self.q = QNetwork(obs_shape, N_ACTIONS, list(a.hidden)).to(device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
@@ -103,25 +109,31 @@ class Agent:
         self.updates = 0
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.run.seed + 1)
-
-        self.forward, self.target_forward = self._compiled(t.compile)
-        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.amp)
-        self._autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
-        self.scaler = torch.amp.GradScaler(device.type) if t.amp == "fp16" else None
         self._q_params = list(self.q.parameters())
         self._target_params = list(self.target.parameters())
 
-    def _compiled(self, mode: str) -> tuple[Callable, Callable]:
+        self.forward, self.target_forward = self._compiled(t.compile)
+        # The Q-network has no dropout or batch norm, so train and eval mode compute the same thing:
+        # what the knob switches is whether autograd records a graph during action selection.
+        self._inference: Callable[[], contextlib.AbstractContextManager[Any]] = (
+            torch.inference_mode if a.inference == "no_grad" else contextlib.nullcontext)
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.amp)
+        self._autocast: Callable[[], contextlib.AbstractContextManager[Any]] = (
+            (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext)
+        self.scaler = torch.amp.GradScaler(device.type) if t.amp == "fp16" else None
+        self._loss = F.smooth_l1_loss if a.huber else F.mse_loss
+        self._chooser = self.forward if a.double else self.target_forward
+        self._clip = a.grad_clip
+        self._tau = a.tau
+        self._target_every = a.target_every
+        self._update_target = self._soft_update if a.target_update == "soft" else self._hard_update
+
+    def _compiled(self, mode: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
         if mode == "off":
             return self.q, self.target
         if mode == "jit":
             return torch.jit.script(self.q), torch.jit.script(self.target)
-        return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)
-
-    def _inference(self) -> contextlib.AbstractContextManager:
-        if self.cfg.agent.inference == "no_grad":
-            return torch.inference_mode()
-        return contextlib.nullcontext()  # seed 000 §2's slow form: autograd on, train mode
+        return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)  # type: ignore[return-value]
 
     def act(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Per-board ε-greedy on the device: each board flips its own coin."""
@@ -133,7 +145,8 @@ class Agent:
             return torch.where(explore, random, greedy)
 
     def update(self, buffer: ReplayBuffer) -> torch.Tensor:
-        """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches."""
+        """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches; the mean
+        loss as a 0-d tensor on the device (reading it is the caller's host sync)."""
         self.optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
         for _ in range(self.grad_accum):
@@ -141,22 +154,17 @@ class Agent:
             with self._autocast():
                 q = self.forward(b.obs).gather(1, b.actions.unsqueeze(1)).squeeze(1).float()
                 with torch.no_grad():
-                    chooser = self.forward if self.cfg.agent.double else self.target_forward
-                    next_actions = chooser(b.next_obs).argmax(1, keepdim=True)
+                    next_actions = self._chooser(b.next_obs).argmax(1, keepdim=True)
                     next_q = self.target_forward(b.next_obs).gather(1, next_actions).squeeze(1).float()
                     # Termination does not bootstrap; truncation does (dones holds terminations only).
                     y = b.rewards + self.gamma * (1.0 - b.dones) * next_q
-                loss_fn = F.smooth_l1_loss if self.cfg.agent.huber else F.mse_loss
-                loss = loss_fn(q, y) / self.grad_accum
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
+                loss = self._loss(q, y) / self.grad_accum
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             total += loss.detach()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if self.cfg.agent.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self._q_params, self.cfg.agent.grad_clip, foreach=True)
+        if self._clip > 0:
+            nn.utils.clip_grad_norm_(self._q_params, self._clip, foreach=True)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -167,12 +175,14 @@ class Agent:
         return total
 
     @torch.no_grad()
-    def _update_target(self) -> None:
-        a = self.cfg.agent
-        if a.target_update == "soft":
-            torch._foreach_lerp_(self._target_params, self._q_params, a.tau)
-        elif self.updates % a.target_every == 0:
-            # Seed 000 §4's slow form: a full state-dict copy.
+    def _soft_update(self) -> None:
+        """The fast form: an in-place lerp of every target weight towards the online one."""
+        torch._foreach_lerp_(self._target_params, self._q_params, self._tau)
+
+    @torch.no_grad()
+    def _hard_update(self) -> None:
+        """The slow form (docs/bottlenecks.md §7): a full state-dict copy every ``target_every`` updates."""
+        if self.updates % self._target_every == 0:
             self.target.load_state_dict(self.q.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
@@ -332,7 +342,6 @@ def run_loop(
     else:  # resumed: the accumulator comes back from the checkpoint on the CPU
         progress.loss_sum = progress.loss_sum.to(agent.device)
     loss_sum = progress.loss_sum
-    push_mode = cfg.buffer.push
 
     with gc_mode(t.gc):
         while not stop_reached(cfg, progress) and not should_stop():
@@ -346,7 +355,7 @@ def run_loop(
             with timer.phase("push"):
                 # final_obs is the true next observation of every board, also where the board
                 # has already been reset; only termination stops the bootstrap.
-                buffer.push(obs, actions, rewards, infos["final_obs"], terminated, mode=push_mode)
+                buffer.push(obs, actions, rewards, infos["final_obs"], terminated)
                 obs = next_obs  # the hand-off people get wrong: after the push, not before
 
             progress.vector_steps += 1

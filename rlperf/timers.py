@@ -338,6 +338,12 @@ class PhaseTimer:
             return self._wall_done
         return self._wall_done + (self._wall_last - self._wall_start)
 
+    def measured_wall_now(self) -> float:
+        """Like :attr:`wall_s`, but up to now (mid-step), for rates shown while the run goes on."""
+        if self._wall_start is None:
+            return self._wall_done
+        return self._wall_done + (perf_counter() - self._wall_start)
+
     def samples(self, name: str) -> np.ndarray:
         """A copy of phase ``name``'s measured durations, in seconds."""
         self.flush()

@@ -11,7 +11,7 @@ For each actor count K it runs, on the same workload and at equal env steps:
   per transition (``train_ratio`` x K), for async vs sync at equal env steps.
 
 Variants are interleaved repeat by repeat (so slow drift in machine load hits them all), each run
-through :func:`rlperf.runner.train_run` like ``rlperf train`` does. Printed: experience rate
+through :func:`rlperf.run.lifecycle.train_run` like ``rlperf train`` does. Printed: experience rate
 (env transitions/s, warm-up and process start-up excluded), learner updates/s (since its first
 update), lock wait (learner + actors), learner time waiting for data, actors' weight-sync time per
 step, and ratios against ``seed``: medians over the repeats, with min-max when repeats > 1.
@@ -95,7 +95,8 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
     """Actor weight sync per actor step, and the learner's publish, for each form."""
     import torch
 
-    from rlperf.run.learner import CTRL_SEQ, Plan, PolicySync, layout_for, publish_weights, shared_qnetwork, shared_views
+    from rlperf.run.actors import CTRL_SEQ, Plan, PolicySync, layout_for, shared_qnetwork, shared_views
+    from rlperf.run.learner import publish_weights
     from rlperf.config import config_from
     from rlperf.dqn import QNetwork
     from rlperf.run.shm import Segment, SeqLock, new_run_id, segment_name
@@ -168,7 +169,7 @@ def _publisher(name: str, fields: dict, count: int, seed: int) -> None:
     """Publishes ``count`` times at random 0.5-3 ms intervals, stamping each with CLOCK_MONOTONIC."""
     import numpy as np
 
-    from rlperf.run.learner import wake
+    from rlperf.run.actors import wake
     from rlperf.run.shm import Layout, Segment
 
     seg = Segment(name, Layout(fields), create=False)
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.micro:
         result = run_micro(args)
         if args.json_path:
-            from rlperf.run.files import system_info
+            from rlperf.run.record import system_info
 
             Path(args.json_path).write_text(json.dumps({"args": vars(args), "system": system_info("cpu"), **result}, indent=2))
         return 0
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from rlperf.config import config_from
-    from rlperf.run.files import system_info
+    from rlperf.run.record import system_info
     from rlperf.run.lifecycle import train_run
 
     console = Console(stderr=True)

@@ -25,7 +25,7 @@ from gymnasium.vector import AutoresetMode
 
 from benchutil import emit, figure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
-from rlperf.run.files import cpu_model
+from rlperf.run.record import cpu_model
 from rlperf.env.single import SnakeEnv
 from rlperf.env.vector import VectorSnake
 

@@ -75,7 +75,7 @@ def bench_rlperf(data: list[dict], capacity: int, batch: int, device: torch.devi
         buf.push(*pushes[k % len(pushes)])
     assert len(buf) == capacity
     item = cycle(pushes)
-    push = measure(lambda: buf.push(*item(), mode="batch"), device, repeats, min_time)
+    push = measure(lambda: buf.push(*item()), device, repeats, min_time)
     sample = measure(lambda: buf.sample(batch), device, repeats, min_time)
     return push, sample
 

@@ -62,14 +62,16 @@ def main() -> None:
 
     rows = []
     for storage in STORAGES:
+        filled = ReplayBuffer(args.capacity, (args.obs_dim,), device, storage=storage)
+        for k in range(-(-args.capacity // args.n)):  # fill the ring once, fast path
+            filled.push(*pushes[k % len(pushes)])
         for mode in PUSH_MODES:
-            buf = ReplayBuffer(args.capacity, (args.obs_dim,), device, storage=storage)
-            for k in range(-(-args.capacity // args.n)):  # fill the ring once, fast path
-                buf.push(*pushes[k % len(pushes)])
+            buf = ReplayBuffer(args.capacity, (args.obs_dim,), device, storage=storage, push=mode)
+            buf.load_state_dict(filled.state_dict())
             step = iter(range(1 << 62))
 
-            def push(buf: ReplayBuffer = buf, mode: str = mode, step=step) -> None:
-                buf.push(*pushes[next(step) % len(pushes)], mode=mode)
+            def push(buf: ReplayBuffer = buf, step=step) -> None:
+                buf.push(*pushes[next(step) % len(pushes)])
 
             def sample(buf: ReplayBuffer = buf) -> None:
                 buf.sample(args.batch)

@@ -46,14 +46,14 @@ def calls(entries: dict[tuple[str, str], tuple[int, float, float]]) -> CallStats
 
 
 NAIVE_CALLS = calls({
-    ("buffer.py", "_push_one"): (3520, 2.0, 3.0),
+    ("buffer.py", "write_one"): (3520, 2.0, 3.0),
     ("~", "<method 'item' of 'torch._C.TensorBase' objects>"): (10560, 0.5, 0.5),
     ("dqn.py", "update"): (800, 1.0, 40.0),
     ("buffer.py", "sample"): (800, 6.0, 12.0),
     ("env/vector.py", "step"): (110, 0.1, 10.0),
     ("env/floodfill.py", "reachable_bfs"): (110, 0.1, 9.0),
     ("env/floodfill.py", "bfs_count"): (10560, 8.5, 8.8),
-    ("dqn.py", "_update_target"): (800, 0.01, 2.5),
+    ("dqn.py", "_hard_update"): (800, 0.01, 2.5),
     ("torch/nn/modules/module.py", "load_state_dict"): (8, 0.1, 2.4),
     ("run/lifecycle.py", "on_log"): (110, 0.1, 0.9),
 })
@@ -74,16 +74,16 @@ def test_naive_evidence_names_push_ratio_and_bfs_ranked_by_saving() -> None:
     assert findings[0].knob == "train.train_ratio=4"  # 40 s of train at ratio 64 outweighs the rest
     for f in findings:
         assert f.command == f"rlperf compare configs/naive.toml --vs {f.knob} --steps 3200"
-        assert f.seed and f.expected_gain.startswith("seed ") and f.evidence
+        assert f.reference.startswith("docs/bottlenecks.md §") and f.expected_gain and f.evidence
     push = next(f for f in findings if f.knob == "buffer.push=batch")
-    assert "push is" in push.evidence and "_push_one called 3,520 times (32 per vector step)" in push.evidence
-    assert "2–5×" in push.expected_gain and push.seed == "001 §1"
+    assert "push is" in push.evidence and "write_one called 3,520 times (32 per vector step)" in push.evidence
+    assert "2–5×" in push.expected_gain and push.reference == "docs/bottlenecks.md §1"
     bfs = next(f for f in findings if f.knob == "env.flood_fill=tensor")
     assert "bfs_count called 10,560 times" in bfs.evidence and "90% of the env step" in bfs.evidence
     assert bfs.est_saving_s == pytest.approx(0.95 * 0.9 * 10.0)
 
 
-def test_fast_config_names_none_of_the_seed_001_bottlenecks() -> None:
+def test_fast_config_names_none_of_the_naive_bottlenecks() -> None:
     fast = record("fast")
     fast_calls = calls({("dqn.py", "update"): (800, 1.0, 40.0), ("buffer.py", "sample"): (800, 0.5, 1.0),
                         ("env/vector.py", "step"): (110, 0.1, 10.0)})
@@ -142,7 +142,7 @@ def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(advisor, "effective_cpus", lambda: 2.0)
     found = advise(record("default", ("train.train_ratio=1",), threads=8), None, None)
     f = next(f for f in found if f.knob.startswith("run.threads="))
-    assert f.knob == "run.threads=2" and "8 torch threads" in f.evidence and f.seed == "004 §7"
+    assert f.knob == "run.threads=2" and "8 torch threads" in f.evidence and f.reference == "docs/bottlenecks.md §14"
     assert not any(f.knob.startswith("run.threads") for f in advise(record("default", threads=2), None, None))
     # Two threads on two CPUs, but the machine was busy with other work during the run.
     busy = record("default", threads=2)
@@ -154,7 +154,7 @@ def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_gym_backend_rule() -> None:
     gym = record("default", ("env.backend=gym-sync",), select=1.0, step=30.0, push=1.0, train=10.0, log=0.2)
     f = next(f for f in advise(gym, calls({("env/single.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor")
-    assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.seed == "003"
+    assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.reference == "docs/bottlenecks.md §5"
 
 
 def test_no_measured_steps_means_no_finding_and_says_why() -> None:

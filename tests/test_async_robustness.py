@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 import pytest
 
-from rlperf.run.learner import RUNNING, SLOT
+from rlperf.run.actors import RUNNING, SLOT
 from rlperf.run.shm import SHM_DIR, cleanup_stale
 
 START_TIMEOUT_S = 180  # two cold torch imports on a busy 2-core CI box
@@ -50,7 +50,7 @@ class Run:
 
     def slots(self) -> np.ndarray | None:
         """The actors' status slots, read from the run's segment (read-only, like any observer)."""
-        from rlperf.run.learner import layout_for
+        from rlperf.run.actors import layout_for
         from rlperf.config import config_from
         from rlperf.dqn import QNetwork
         from rlperf.env.vector import observation_shape

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import rlperf.buffer as buffer_mod
+import rlperf.device as device_mod
 from rlperf.buffer import STORAGES, Batch, BufferMemoryError, ReplayBuffer
 from rlperf.errors import ConfigError, RlperfError
 
@@ -62,10 +63,10 @@ def expected_slot_ids(total: int, capacity: int) -> list[int]:
     return [slots[s] for s in range(min(total, capacity))]
 
 
-def push_sequence(buf: ReplayBuffer, sizes: list[int], mode: str, device: str = "cpu") -> int:
+def push_sequence(buf: ReplayBuffer, sizes: list[int], device: str = "cpu") -> int:
     total = 0
     for n in sizes:
-        buf.push(*transitions(total, n, device), mode=mode)
+        buf.push(*transitions(total, n, device))
         total += n
     return total
 
@@ -95,12 +96,12 @@ def test_loop_and_batch_push_leave_identical_contents(storage: str, device: str)
     first = [5, 0, 1, 20, 11, 3, 36, 37, 100]
     sizes = first + [int(x) for x in rng.integers(0, 90, size=15)]
     for start_sizes in (sizes, [100, 4], [12, 80, 1]):
-        loop = ReplayBuffer(capacity, OBS_SHAPE, device, storage=storage)
-        batch = ReplayBuffer(capacity, OBS_SHAPE, device, storage=storage)
+        loop = ReplayBuffer(capacity, OBS_SHAPE, device, storage=storage, push="loop")
+        batch = ReplayBuffer(capacity, OBS_SHAPE, device, storage=storage, push="batch")
         total = 0
         for n in start_sizes:
-            loop.push(*transitions(total, n, device), mode="loop")
-            batch.push(*transitions(total, n, device), mode="batch")
+            loop.push(*transitions(total, n, device))
+            batch.push(*transitions(total, n, device))
             total += n
             got = contents(batch)
             assert_same_contents(contents(loop), got)
@@ -116,7 +117,7 @@ def test_all_storages_hold_the_same_contents() -> None:
     results = []
     for storage in STORAGES:
         buf = ReplayBuffer(50, OBS_SHAPE, "cpu", storage=storage)
-        push_sequence(buf, sizes, "batch")
+        push_sequence(buf, sizes)
         results.append(contents(buf))
     for other in results[1:]:
         assert_same_contents(results[0], other)
@@ -126,9 +127,9 @@ def test_all_storages_hold_the_same_contents() -> None:
 @pytest.mark.parametrize("storage", STORAGES)
 def test_push_copies_the_callers_tensors(storage: str, mode: str) -> None:
     # Envs write each step into the same preallocated tensors; the buffer must not keep views.
-    buf = ReplayBuffer(8, OBS_SHAPE, "cpu", storage=storage)
+    buf = ReplayBuffer(8, OBS_SHAPE, "cpu", storage=storage, push=mode)
     data = transitions(0, 4)
-    buf.push(*data, mode=mode)
+    buf.push(*data)
     before = contents(buf)
     for field in data:
         field.zero_() if field.dtype != torch.bool else field.fill_(True)
@@ -304,12 +305,12 @@ def test_estimate_nbytes() -> None:
 @pytest.mark.parametrize("storage", STORAGES)
 def test_refuses_a_buffer_that_does_not_fit(storage: str, monkeypatch: pytest.MonkeyPatch) -> None:
     free = 1 << 20  # pretend 1 MiB is free
-    monkeypatch.setattr(buffer_mod, "available_memory", lambda device: free)
+    monkeypatch.setattr(device_mod, "available_memory", lambda device: free)
 
-    def no_allocation(self: ReplayBuffer) -> None:
+    def no_allocation(*args: object) -> None:
         raise AssertionError("allocated before checking the memory")
 
-    monkeypatch.setattr(ReplayBuffer, "_allocate", no_allocation)
+    monkeypatch.setitem(buffer_mod._STORAGE_CLASSES, storage, no_allocation)
     capacity = 40_000  # 40k × 104 B ≈ 4.0 MiB for float32 (11,)
     with pytest.raises(BufferMemoryError) as info:
         ReplayBuffer(capacity, (11,), "cpu", storage=storage)
@@ -324,13 +325,13 @@ def test_refuses_a_buffer_that_does_not_fit(storage: str, monkeypatch: pytest.Mo
 
 def test_memory_check_keeps_headroom(monkeypatch: pytest.MonkeyPatch) -> None:
     needed = ReplayBuffer.estimate_nbytes(1000, (11,))
-    monkeypatch.setattr(buffer_mod, "available_memory", lambda device: int(needed / 0.95))
+    monkeypatch.setattr(device_mod, "available_memory", lambda device: int(needed / 0.95))
     with pytest.raises(BufferMemoryError):
         ReplayBuffer(1000, (11,), "cpu")  # fits, but not with 10% to spare
-    monkeypatch.setattr(buffer_mod, "available_memory", lambda device: int(needed / 0.85))
+    monkeypatch.setattr(device_mod, "available_memory", lambda device: int(needed / 0.85))
     ReplayBuffer(1000, (11,), "cpu")
     # check_memory=False skips the check entirely.
-    monkeypatch.setattr(buffer_mod, "available_memory", lambda device: 0)
+    monkeypatch.setattr(device_mod, "available_memory", lambda device: 0)
     ReplayBuffer(1000, (11,), "cpu", check_memory=False)
 
 
@@ -351,6 +352,5 @@ def test_capacity_must_be_positive(capacity: int) -> None:
 def test_unknown_storage_and_mode() -> None:
     with pytest.raises(ValueError, match=r"storage.*list, numpy, tensor"):
         ReplayBuffer(8, OBS_SHAPE, "cpu", storage="deque")
-    buf = ReplayBuffer(8, OBS_SHAPE, "cpu")
     with pytest.raises(ValueError, match=r"push.*loop, batch"):
-        buf.push(*transitions(0, 2), mode="vector")
+        ReplayBuffer(8, OBS_SHAPE, "cpu", push="vector")

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from rlperf import cli
+from rlperf.run import checkpoint as checkpoint_mod
 from rlperf.run import lifecycle as runner
 from rlperf.config import config_from
 from rlperf.errors import RlperfError
@@ -198,14 +199,14 @@ def test_sigkill_run_resumes_from_its_last_periodic_checkpoint(terminated_and_ki
 
 def test_a_second_signal_during_the_final_write_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process, deterministic: Ctrl-C at step 7, and again inside each final write."""
-    for name in ("save_torch_atomic", "write_json_atomic"):
-        real = getattr(runner, name)
+    for module, name in ((checkpoint_mod, "save_torch_atomic"), (runner, "write_json_atomic")):
+        real = getattr(module, name)
 
         def interrupted_write(path: Any, obj: Any, real: Any = real) -> None:
             os.kill(os.getpid(), signal.SIGINT)
             real(path, obj)
 
-        monkeypatch.setattr(runner, name, interrupted_write)
+        monkeypatch.setattr(module, name, interrupted_write)
     steps = []
 
     def on_step() -> None:

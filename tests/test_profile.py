@@ -57,33 +57,33 @@ def findings(record: dict[str, Any]) -> set[str]:
     return {f["knob"] for f in record["profile"]["advisor"]["findings"]}
 
 
-def test_naive_names_the_seed_001_bottlenecks_with_evidence_and_consistent_counts(capsys, tmp_path) -> None:
+def test_naive_names_its_bottlenecks_with_evidence_and_consistent_counts(capsys, tmp_path) -> None:
     record = profile_json(capsys, tmp_path, *NAIVE)
     run_dir = Path(record["run_dir"])
     assert record["kind"] == "profile" and record["status"] == "completed"
     assert json.loads((run_dir / "run.json").read_text())["profile"]["advisor"] == record["profile"]["advisor"]
 
-    # The advisor: push loop, train ratio and BFS, each with its evidence, the seed and a compare line.
+    # The advisor: push loop, train ratio and BFS, each with its evidence, its reference and a compare line.
     assert SEED_001 <= findings(record)
     advice = record["profile"]["advisor"]["findings"]
     assert [f["est_saving_s"] for f in advice] == sorted((f["est_saving_s"] for f in advice), reverse=True)
     for f in advice:
         assert f["command"].startswith(f"rlperf compare {ROOT / 'configs' / 'naive.toml'} --vs {f['knob']} --set ")
-        assert "--train-ratio 8" in f["command"] and f["expected_gain"].startswith("seed ")
+        assert "--train-ratio 8" in f["command"] and f["reference"].startswith("docs/bottlenecks.md §")
     by_knob = {f["knob"]: f for f in advice}
-    assert "cProfile: ReplayBuffer._push_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
+    assert "cProfile: the storage's write_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
     assert "bfs_count called" in by_knob["env.flood_fill=tensor"]["evidence"]
 
     # cProfile: profile.prof loads with pstats, its counts match the run.
     assert (run_dir / "profile.prof").is_file() and record["files"]["profile_cprofile"] == "profile.prof"
     pstats.Stats(str(run_dir / "profile.prof"))
-    calls = CallStats.load(run_dir / "profile.prof")
+    calls = CallStats(pstats.Stats(str(run_dir / "profile.prof")))
     totals = record["totals"]
     assert totals["vector_steps"] == 50
     assert calls.count("step", "rlperf/env/vector.py") == totals["vector_steps"]  # env step once per vector step
     assert calls.count("run_loop", "rlperf/dqn.py") == 1
     assert calls.count("update", "rlperf/dqn.py") == totals["updates"] > 0
-    assert calls.count("_push_one", "rlperf/buffer.py") == totals["env_steps"]
+    assert calls.count("write_one", "rlperf/buffer.py") == totals["env_steps"]
     top = record["profile"]["cprofile"]["top"]
     assert len(top) == 20 and top[0]["cumtime"] >= top[-1]["cumtime"]
     own = [row["function"] for row in top if row["own"]]

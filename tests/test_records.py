@@ -11,19 +11,18 @@ import torch
 
 import rlperf
 from rlperf.run import files as records
+from rlperf.run import record as record_mod
 from rlperf.errors import RlperfError
 from rlperf.run.files import (
     SCHEMA,
     MetricsCSV,
     make_run_dir,
-    peak_cuda_mb,
-    peak_rss_mb,
     read_record,
     save_torch_atomic,
-    system_info,
     write_json_atomic,
     write_text_atomic,
 )
+from rlperf.run.record import peak_cuda_mb, peak_rss_mb, system_info
 
 
 @pytest.fixture
@@ -163,7 +162,7 @@ def test_system_info_keys() -> None:
 
 
 def test_git_revision_outside_a_repo(tmp_path: Path) -> None:
-    assert records.git_revision(tmp_path) is None
+    assert record_mod.git_revision(tmp_path) is None
 
 
 def test_peak_memory() -> None:

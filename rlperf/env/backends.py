@@ -3,7 +3,7 @@
 ``tensor`` is :class:`rlperf.snake.VectorSnake`. ``gym-sync`` and ``gym-async`` run N copies of the
 single-board :class:`rlperf.single_snake.SnakeEnv` under ``gymnasium.vector.SyncVectorEnv`` /
 ``AsyncVectorEnv`` and convert their NumPy batches to tensors on the trainer's device every step:
-that is the usual way to vectorize, and what native batching is measured against (seed 003).
+that is the usual way to vectorize, and what native batching is measured against (docs/bottlenecks.md §5).
 All three present the same interface to the trainer (tensors in, tensors out, same-step autoreset,
 dense ``final_obs`` and episode statistics in ``infos``).
 """

@@ -2,7 +2,7 @@
 
 Two implementations of one contract, selected by the ``env.flood_fill`` knob:
 
-- ``bfs``: the seed's slow form (seed 001 §3) — a Python ``deque`` BFS per board on the CPU.
+- ``bfs``: the slow form (docs/bottlenecks.md §4) — a Python ``deque`` BFS per board on the CPU.
   Kept as the reference that the fast form is tested against.
 - ``tensor``: batched on the boards' device, no Python loop over boards: row bitmasks filled a
   whole row run or column run at a time (S <= 62), a bool-plane dilation beyond. On the CPU it
@@ -48,7 +48,7 @@ def bfs_count(blocked: np.ndarray, start: int) -> int:
 
 
 def reachable_bfs(blocked: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """The slow reference: one Python BFS per board, on host copies (seed 001 §3)."""
+    """The slow reference: one Python BFS per board, on host copies (docs/bottlenecks.md §4)."""
     blocked_np = blocked.cpu().numpy()
     start_np = start.cpu().numpy()
     counts = [bfs_count(blocked_np[i], int(start_np[i])) for i in range(blocked_np.shape[0])]

@@ -1,4 +1,4 @@
-"""The greedy Snake heuristic the default config must beat (DESIGN §8).
+"""The greedy Snake heuristic the default config must beat.
 
 Move toward the fruit and never into immediate death: among the three relative moves, take a
 safe one that brings the head closer to the fruit (straight first on ties), else any safe move,

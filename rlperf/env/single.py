@@ -3,7 +3,7 @@
 This is the single-board twin of the batched ``rlperf.snake.VectorSnake``: the same rules, the same
 observations, stepped one board at a time on the host. It exists for Gymnasium interop
 (``gymnasium.make("rlperf/Snake-v0")``, ``check_env``, Stable-Baselines3) and as the slow form of
-the ``env.backend`` knob (``gym-sync`` / ``gym-async`` vector wrappers over it, seed 003).
+the ``env.backend`` knob (``gym-sync`` / ``gym-async`` vector wrappers over it, docs/bottlenecks.md §5).
 
 Rules (shared with the vector env, which a cross-test compares against this one):
 

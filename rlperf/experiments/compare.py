@@ -14,10 +14,8 @@ with ``--vs key=value`` variants of one config. Nothing here knows about Typer.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
-import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

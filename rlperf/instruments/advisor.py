@@ -3,9 +3,9 @@
 Each rule is a small function of (record, config, cProfile stats, GC stats) that returns a
 :class:`Finding` or None. A rule fires only on evidence measured in the run -- a phase share, a
 cProfile entry, a GC count -- together with the config that explains it, and its finding says
-which evidence it used, which knob to turn (a slow form from DESIGN §2 to its fast form), what
-the seed documents expect from that change, in their words, and the ``rlperf compare`` line that
-measures it. Savings are estimates in seconds of the run's measured (post-warm-up) phase time,
+which evidence it used, which knob to turn (a slow form to its fast form), the gain practitioners
+reported for that change with the section of docs/bottlenecks.md that explains it, and the
+``rlperf compare`` line that measures it. Savings are estimates in seconds of the run's measured (post-warm-up) phase time,
 each with its basis stated in the evidence; the compare line is the proof.
 
 Phase times come from the profiled run, so they include the instruments' overhead, which is
@@ -32,15 +32,15 @@ MIN_SAVING_SHARE = 0.005
 
 @dataclass(frozen=True)
 class Finding:
-    """One piece of advice: measured fact -> knob -> the seed's expected gain -> how to verify."""
+    """One piece of advice: measured fact -> knob -> the reported gain -> how to verify."""
 
     title: str
     evidence: str
     knob: str  # "buffer.push=batch": what to pass to --set / --vs
     command: str  # the exact `rlperf compare ...` line that measures the change
-    expected_gain: str  # the seed's words, e.g. "seed 001 §1: 2–5×"
+    expected_gain: str  # the gain reported for this change, e.g. "2–5× on the push phase"
     est_saving_s: float  # seconds of this run's measured phase time the change could save
-    seed: str  # "001 §1"
+    reference: str  # where the bottleneck is explained: "docs/bottlenecks.md §1"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +99,7 @@ def _cuda(record: Mapping[str, Any]) -> bool:
 
 
 def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 001 §1: the per-board replay push with host copies and .item()."""
+    """The per-board replay push with host copies and .item() (docs/bottlenecks.md §1)."""
     if cfg.buffer.push != "loop":
         return None
     push = _phase(record, "push")
@@ -109,17 +109,17 @@ def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     evidence = (f"push is {percent_short(push['share'])} of phase time ({seconds_short(push['total_s'])}, {push['mean_ms'] / n * 1e3:.0f} µs "
                 f"per board) with buffer.push=loop")
     if calls is not None:
-        pushes = calls.count("_push_one", "rlperf/buffer.py")
+        pushes = calls.count("write_one", "rlperf/buffer.py")
         items = calls.count("'item' of", builtin=True)
-        evidence += (f"; cProfile: ReplayBuffer._push_one called {pushes:,} times ({_per_step(pushes, record)}), "
+        evidence += (f"; cProfile: the storage's write_one called {pushes:,} times ({_per_step(pushes, record)}), "
                      f"Tensor.item {items:,} times" + (" (each a device sync)" if _cuda(record) else ""))
     evidence += "; estimate: a batch push removes ~90% of the phase (one vectorized write per field)"
     return Finding("Replay push loops over boards", evidence, "buffer.push=batch", "",
-                   "seed 001 §1: 2–5× (2–3× in its summary table)", 0.9 * push["total_s"], "001 §1")
+                   "2–5× on the push phase (2–3× overall)", 0.9 * push["total_s"], "docs/bottlenecks.md §1")
 
 
 def train_ratio(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 001 §2: more gradient updates per vector step than the 1–4 the seed recommends."""
+    """More gradient updates per vector step than the 1–4 that usually pay (docs/bottlenecks.md §3)."""
     ratio = cfg.train.train_ratio
     train = _phase(record, "train")
     if ratio <= 4 or train["total_s"] <= 0:
@@ -133,12 +133,12 @@ def train_ratio(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     evidence += f"; estimate: train_ratio 4 does 4/{ratio:g} of the updates"
     title = "Training frequency dominates the loop" if train["share"] >= 0.5 else "Many gradient updates per vector step"
     return Finding(title, evidence, "train.train_ratio=4", "",
-                   "seed 001 §2: 2–4× (10–15× for 64 → 4 in its table); fewer updates can change learning, "
-                   "so read the mean score in the compare too", train["total_s"] * (1 - 4 / ratio), "001 §2")
+                   "2–4× overall (10–15× going from 64 to 4 updates per vector step); fewer updates can change "
+                   "learning, so read the mean score in the compare too", train["total_s"] * (1 - 4 / ratio), "docs/bottlenecks.md §3")
 
 
 def bfs_flood_fill(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 001 §3: the per-board Python BFS for the flood-fill features."""
+    """The per-board Python BFS for the flood-fill features (docs/bottlenecks.md §4)."""
     if cfg.env.flood_fill != "bfs":
         return None
     step = _phase(record, "step")
@@ -163,11 +163,11 @@ def bfs_flood_fill(record: Mapping[str, Any], cfg: Config, calls: CallStats | No
         saving = 0.8 * step["total_s"]
     knob = "env.flood_fill=tensor"
     return Finding("Flood fill runs a Python BFS per board", evidence, knob, "",
-                   "seed 001 §3: 2–3× (flood-fill models only)", saving, "001 §3")
+                   "2–3× for models with flood-fill features", saving, "docs/bottlenecks.md §4")
 
 
 def host_storage(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 000 §1 (and 003): replay in a Python list or host arrays, copied on every sample."""
+    """Replay in a Python list or host arrays, copied on every sample (docs/bottlenecks.md §2)."""
     storage = cfg.buffer.storage
     if storage == "tensor" or calls is None:
         return None
@@ -187,16 +187,16 @@ def host_storage(record: Mapping[str, Any], cfg: Config, calls: CallStats | None
     evidence += "; estimate: sampling on the device removes ~80% of it"
     return Finding(f"Replay storage is a {'Python list' if storage == 'list' else 'host numpy array'}, copied every sample",
                    evidence, "buffer.storage=tensor", "",
-                   "seed 000 §1: pre-allocated arrays indexed directly instead of copying on every sample "
-                   "(no figure given); seed 003: preallocated buffers remove allocation overhead", saving, "000 §1")
+                   "preallocated storage indexed in place removes the per-sample copies and allocations "
+                   "(no figure reported)", saving, "docs/bottlenecks.md §2")
 
 
 def hard_target(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 000 §4: hard target copies (a whole state dict every target_every updates)."""
+    """Hard target copies: a whole state dict every target_every updates (docs/bottlenecks.md §7)."""
     a = cfg.agent
     if a.target_update != "hard" or calls is None:
         return None
-    n_calls, _, cum = calls.get("_update_target", "rlperf/dqn.py")
+    n_calls, _, cum = calls.get("_hard_update", "rlperf/dqn.py")
     copies = calls.count("load_state_dict", "torch/nn/modules/module.py")
     if n_calls == 0 or copies == 0:
         return None
@@ -206,12 +206,12 @@ def hard_target(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
                 f"{seconds_short(cum)} (cProfile), {1e3 * cum / copies:.2f} ms each; train p95 {train['p95_ms']:.3g} ms vs "
                 f"p50 {train['p50_ms']:.3g} ms; estimate: ~80% of the copy time, before the soft update's own per-update lerp")
     return Finding("Hard target-network copies", evidence, "agent.target_update=soft", "",
-                   "seed 000 §4: hard copies cause spikes in per-episode time; soft updates with τ (no figure given)",
-                   0.8 * seconds, "000 §4")
+                   "hard copies show as spikes in time per update; a soft update with τ spreads the cost "
+                   "(no figure reported)", 0.8 * seconds, "docs/bottlenecks.md §7")
 
 
 def log_every_step(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seeds 000 and 001 §5: logging, and reading device values on the host, every vector step."""
+    """Logging, and reading device values on the host, every vector step (docs/bottlenecks.md §9)."""
     every = cfg.train.log_every
     if every > 10:
         return None
@@ -226,12 +226,12 @@ def log_every_step(record: Mapping[str, Any], cfg: Config, calls: CallStats | No
         evidence += "; each log reads the loss on the host, which waits for the device (a sync every step)"
     evidence += f"; estimate: log_every=100 keeps {every}/100 of it"
     return Finding("Logging and host sync every step", evidence, "train.log_every=100", "",
-                   "seed 001 §5: minimal (<5%, <1.1× in its table); seed 000: reduce logging frequency, buffer writes",
-                   log["total_s"] * (1 - every / 100), "001 §5")
+                   "small on a CPU (under 5%, below 1.1×); on a GPU every read is a sync",
+                   log["total_s"] * (1 - every / 100), "docs/bottlenecks.md §9")
 
 
 def autograd_select(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 000 §2: action selection with autograd on (a graph recorded and thrown away every step)."""
+    """Action selection with autograd on: a graph recorded and thrown away every step (docs/bottlenecks.md §8)."""
     if cfg.agent.inference != "grad":
         return None
     select = _phase(record, "select")
@@ -241,12 +241,11 @@ def autograd_select(record: Mapping[str, Any], cfg: Config, calls: CallStats | N
                 f"agent.inference=grad: every forward records an autograd graph nobody uses; "
                 f"estimate: inference mode saves ~30% of a small network's forward")
     return Finding("Action selection runs with autograd on", evidence, "agent.inference=no_grad", "",
-                   "seed 000 §2: use torch.no_grad() for inference and model.eval() when not training (no figure given)",
-                   0.3 * select["total_s"], "000 §2")
+                   "select runs without building a graph (no figure reported)", 0.3 * select["total_s"], "docs/bottlenecks.md §8")
 
 
 def gym_backend(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 003: Gymnasium's vector wrappers over single boards instead of the batched env."""
+    """Gymnasium's vector wrappers over single boards instead of the batched env (docs/bottlenecks.md §5)."""
     backend = cfg.env.backend
     if backend == "tensor":
         return None
@@ -259,12 +258,12 @@ def gym_backend(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
         evidence += f"; cProfile: SnakeEnv.step called {boards:,} times ({_per_step(boards, record)}, one per board)"
     evidence += "; estimate: the batched env steps every board in a few tensor ops, ~90% less"
     return Finding(f"Boards are stepped one by one ({backend})", evidence, "env.backend=tensor", "",
-                   "seed 003: vectorized environments batch policy evaluation and raise throughput (no figure in the "
-                   "seed; rlperf's target is ≥ 100× SyncVectorEnv at 256 boards, DESIGN §8)", 0.9 * step["total_s"], "003")
+                   "a batched env steps every board in one call (no figure reported; rlperf's own target is "
+                   "≥ 100× SyncVectorEnv at 256 boards)", 0.9 * step["total_s"], "docs/bottlenecks.md §5")
 
 
 def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 000: garbage-collector pauses in the loop."""
+    """Garbage-collector pauses in the loop (docs/bottlenecks.md §13)."""
     if cfg.train.gc != "on" or not gc:
         return None
     share = float(gc.get("share_of_loop") or 0.0)
@@ -281,12 +280,11 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
         evidence += "; the list buffer's tuples are created in the loop, so freezing at its start would not cover them"
     evidence += "; estimate: ~90% of the collector's time"
     return Finding("Garbage-collector pauses", evidence, knob, "",
-                   "seed 000: periodic slowdowns with gc in the profile; pre-allocate, disable GC in critical "
-                   "sections (no figure given)", 0.9 * seconds * _to_measured(record), "000")
+                   "removes the periodic pauses (no figure reported)", 0.9 * seconds * _to_measured(record), "docs/bottlenecks.md §13")
 
 
 def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seeds 003 and 004 §3: full-precision updates on a GPU."""
+    """Full-precision updates on a GPU (docs/bottlenecks.md §10)."""
     if not _cuda(record) or cfg.train.amp != "off":
         return None
     train = _phase(record, "train")
@@ -296,12 +294,12 @@ def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc:
     evidence = (f"train is {percent_short(train['share'])} of phase time ({seconds_short(train['total_s'])}) on {device} with train.amp=off; "
                 f"estimate: ~25% of the update")
     return Finding("Updates run in full precision on the GPU", evidence, "train.amp=bf16", "",
-                   "seed 004 §3: 30–40% faster forward passes, 25–30% faster backward passes; seed 003: AMP with "
-                   "GradScaler (use train.amp=fp16 where bf16 is not supported)", 0.25 * train["total_s"], "004 §3")
+                   "30–40% faster forward and 25–30% faster backward passes (use train.amp=fp16 where bf16 is "
+                   "not supported)", 0.25 * train["total_s"], "docs/bottlenecks.md §10")
 
 
 def compile_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seeds 003 and 004 §5: the network not compiled, on a GPU."""
+    """The network not compiled, on a GPU (docs/bottlenecks.md §11)."""
     if not _cuda(record) or cfg.train.compile != "off":
         return None
     select, train = _phase(record, "select"), _phase(record, "train")
@@ -311,12 +309,11 @@ def compile_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None,
     evidence = (f"select + train are {percent_short(share)} of phase time on the GPU with train.compile=off; "
                 f"estimate: ~10% of both")
     return Finding("Network not compiled", evidence, "train.compile=reduce-overhead", "",
-                   "seed 004 §5: torch.compile, 10–15% speedup on forward passes; seed 003: JIT removes Python overhead",
-                   0.1 * (select["total_s"] + train["total_s"]), "004 §5")
+                   "10–15% faster forward passes", 0.1 * (select["total_s"] + train["total_s"]), "docs/bottlenecks.md §11")
 
 
 def small_batch_gpu(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seeds 004 §2 and 000 §2: small batches on a GPU, where launch overhead dominates an update."""
+    """Small batches on a GPU, where launch overhead dominates an update (docs/bottlenecks.md §12)."""
     if not _cuda(record) or cfg.buffer.batch_size > 256:
         return None
     train = _phase(record, "train")
@@ -334,8 +331,7 @@ def small_batch_gpu(record: Mapping[str, Any], cfg: Config, calls: CallStats | N
                 f"estimate: 4× batch at ¼ train_ratio (same replay ratio) halves train, if the compare shows "
                 f"updates/s nearly flat")
     return Finding("Batches too small for the GPU", evidence, f"buffer.batch_size={4 * batch}", "",
-                   "seed 004 §2: batch 256 → 512 raised GPU utilization from ~60% to ~85%; seed 000 §2: small batch "
-                   "sizes, overhead dominates", 0.5 * train["total_s"], "004 §2")
+                   "batch 256 → 512 raised GPU utilisation from ~60% to ~85%", 0.5 * train["total_s"], "docs/bottlenecks.md §12")
 
 
 def effective_cpus() -> float:
@@ -354,7 +350,7 @@ def effective_cpus() -> float:
 
 
 def thread_oversubscription(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
-    """Seed 004 §7: more compute threads than CPUs, from this run's own processes or from the machine's load."""
+    """More compute threads than CPUs, from this run's own processes or the machine's load (docs/bottlenecks.md §14)."""
     system = record.get("system") or {}
     threads = int(system.get("torch_threads") or 0)
     load = (record.get("profile") or {}).get("load") or {}
@@ -377,8 +373,8 @@ def thread_oversubscription(record: Mapping[str, Any], cfg: Config, calls: CallS
     evidence += (f" (run.threads={cfg.run.threads}); select + train are {percent_short(select['share'] + train['share'])} of "
                  f"phase time; estimate: ~20% of them is lost to contention")
     return Finding("More compute threads than CPUs", evidence, f"run.threads={per_process}", "",
-                   "seed 004 §7: OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1 — less thread contention, more predictable "
-                   "performance (no figure given)", 0.2 * (select["total_s"] + train["total_s"]), "004 §7")
+                   "less contention and steadier timings (no figure reported)",
+                   0.2 * (select["total_s"] + train["total_s"]), "docs/bottlenecks.md §14")
 
 
 RULES: tuple[Rule, ...] = (

@@ -33,8 +33,6 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
 
 from rlperf.errors import RlperfError
 
@@ -108,11 +106,6 @@ class CallStats:
         self.primitive_calls = int(getattr(stats, "prim_calls", 0))
         self.total_s = float(getattr(stats, "total_tt", 0.0))
 
-    @classmethod
-    def load(cls, path: str | Path) -> CallStats:
-        """From a saved ``profile.prof``."""
-        return cls(pstats.Stats(str(path)))
-
     def get(self, name: str, file: str | None = None, builtin: bool = False) -> tuple[int, float, float]:
         """(calls, own seconds, cumulative seconds) of the functions called ``name`` in ``file``.
 
@@ -153,7 +146,6 @@ class CProfiler:
 
     def __init__(self) -> None:
         self.profile = cProfile.Profile()
-        self.ran = False
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -162,7 +154,6 @@ class CProfiler:
             yield
         finally:
             self.profile.disable()
-            self.ran = True
 
     def stats(self) -> CallStats:
         return CallStats(pstats.Stats(self.profile))
@@ -480,7 +471,7 @@ def _flame_svg(root: _Node, title: str, n_samples: int, width: int = 1200, row: 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'font-family="Verdana, sans-serif" font-size="11">',
-        f'<rect width="100%" height="100%" fill="#f8f8f8"/>',
+        '<rect width="100%" height="100%" fill="#f8f8f8"/>',
         f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="15">{html.escape(title)}</text>',
         f'<text x="10" y="38" fill="#555">{n_samples:,} samples; width = share of samples; blue = rlperf</text>',
     ]

@@ -68,7 +68,8 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
         parts += [
             head,
             Text(f"   evidence: {f['evidence']}"),
-            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), f"   expected: {f['expected_gain']}"),
+            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
+                          f"   expected: {f['expected_gain']} ({f['reference']})"),
             Text.assemble("   verify: ", (f["command"], "cyan")),
         ]
     return Group(*parts)

@@ -1,6 +1,6 @@
 """Rich renderers for run data: pure functions from records to tables and text.
 
-Nothing here computes a metric; every number comes from a record section (DESIGN §4) or a
+Nothing here computes a metric; every number comes from a run record (:mod:`rlperf.run.record`) or a
 ``PhaseTimer.to_dict()``: ``totals``, ``throughput``, ``phases``, ``learning``, ``memory``.
 A missing value renders as "–".
 """
@@ -13,7 +13,6 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.table import Table
-from rich.text import Text
 
 from rlperf.report import units
 from rlperf.report.units import MISSING

@@ -1,6 +1,6 @@
 """Run records and run directories: the unit of evidence ``compare`` and ``sweep`` read.
 
-A run directory holds ``run.json`` (the record, DESIGN §4), ``metrics.csv`` (the learning curve),
+A run directory holds ``run.json`` (the record, :mod:`rlperf.run.record`), ``metrics.csv`` (the learning curve),
 ``config.toml`` and ``checkpoint.pt``. Everything here is written atomically (temp file in the
 same directory, fsync, ``os.replace``) so a crash or Ctrl-C never leaves a half-written file, and
 two runs never share a directory.
@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import json
 import os
-import platform
-import resource
 import secrets
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -29,92 +23,12 @@ import torch
 from rlperf.errors import RlperfError
 
 SCHEMA = 1
-"""Version of the run record layout; bump it when a reader would misread an older record."""
+"""Version of the record and checkpoint layouts; bump it when a reader would misread an older one."""
 
 RECORD_NAME = "run.json"
-
-
-# -- system ------------------------------------------------------------------------------------
-
-
-def system_info(device: torch.device | str) -> dict[str, Any]:
-    """What a timing depends on: versions, device, CPU, threads, git revision, host."""
-    device = torch.device(device)
-    cpu = cpu_model()
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = cpu
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        usable = os.cpu_count()
-    return {
-        "rlperf": _rlperf_version(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": str(device),
-        "device_name": device_name,
-        "cpu_model": cpu,
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
-        "torch_threads": torch.get_num_threads(),
-        "git_revision": git_revision(),
-        "hostname": socket.gethostname(),
-    }
-
-
-def _rlperf_version() -> str:
-    import rlperf  # late: rlperf/__init__ may import modules that import this one
-
-    return rlperf.__version__
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's marketing name ("AMD EPYC 7B13"), or the best this platform offers."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def git_revision(cwd: str | Path | None = None) -> str | None:
-    """The commit checked out in ``cwd`` (default: the working directory), or None."""
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=cwd or os.getcwd(),
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    revision = result.stdout.strip()
-    return revision or None
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports kB, macOS bytes.
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
-
-
-def peak_cuda_mb(device: torch.device | str) -> float | None:
-    """Peak memory allocated by tensors on a CUDA ``device``, in MiB; None on other devices."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return torch.cuda.max_memory_allocated(device) / (1024 * 1024)
+CONFIG_NAME = "config.toml"
+METRICS_NAME = "metrics.csv"
+CHECKPOINT_NAME = "checkpoint.pt"
 
 
 # -- run directories ---------------------------------------------------------------------------
@@ -257,9 +171,7 @@ def read_record(path: str | Path) -> dict[str, Any]:
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
         raise RlperfError(f"run record {file} has no valid schema version (got {schema!r})")
     if schema > SCHEMA:
-        raise RlperfError(
-            f"record {file} has schema {schema}, this rlperf reads ≤ {SCHEMA}", hint="upgrade rlperf"
-        )
+        raise RlperfError(f"record {file} has schema {schema}, this rlperf reads ≤ {SCHEMA}", hint="upgrade rlperf")
     return record
 
 
@@ -325,3 +237,22 @@ class MetricsCSV:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- locking ------------------------------------------------------------------------------------
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Hold an exclusive lock on the run directory (released when the fd closes or the process ends,
+    however it ends); returns the fd to close."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RlperfError(f"run {run_dir} is in use by another rlperf process", hint="wait for it to end or stop it first") from None
+    return fd

@@ -1,4 +1,5 @@
-"""Async actor/learner mode (``run.mode = "async"``, DESIGN §6): the system seeds 002 and 004 review.
+"""Async actor/learner mode (``run.mode = "async"``): K actor processes and one learner, with the
+four slow forms a multiprocess RL system typically has as knobs (docs/bottlenecks.md §15–§18).
 
 K actor processes (spawn start method, CPU, one torch thread each) step their own batched Snake
 (``async.envs_per_actor`` boards) with a local copy of the policy and write transitions into a
@@ -8,14 +9,14 @@ share lives in one segment (:mod:`rlperf.run.shm`): a control block (stop flag, 
 update count), one stats slot per actor (PufferLib's per-worker status flag, plus counters and
 phase timings), per-actor finished-episode rings, the weights, and the replay.
 
-Each seed form is a knob with its fixed form next to it (DESIGN §2):
+Each slow form is a knob with its fixed form next to it:
 
 - ``async.buffer``: ``locked`` (one ring, one lock over the whole add and the whole sample) vs
   ``lockfree`` (per-actor single-writer rings; slots first, then the write index).
 - ``async.wait``: ``sleep`` (the learner polls with 1 ms sleeps) vs ``event`` (it blocks, with a
   timeout, on a wake-up the writers signal), whenever it has no batch to train on: before ``train.learning_starts``
   and whenever it is ``train.train_ratio`` updates per actor vector step ahead of the actors.
-- ``async.weight_check``: ``on`` clones and compares the weights around every sync (seed 002).
+- ``async.weight_check``: ``on`` clones and compares the weights around every sync.
 - ``async.publish``: ``state_dict`` (CPU state dict loaded into a shared model every
   ``publish_every`` updates; actors clone the whole shared state dict on every step) vs
   ``shared`` (the same shared tensors, written in place under a seqlock; actors copy only when the
@@ -43,76 +44,45 @@ import atexit
 import math
 import multiprocessing as mp
 import os
-import resource
+import platform
 import signal
 import sys
 import time
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlperf.config import Config
-from rlperf.report.dashboard import Dashboard
+from rlperf.buffer import Batch
+from rlperf.config import Config, config_to_dict, to_toml
+from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
+from rlperf.env.vector import observation_shape
 from rlperf.errors import ConfigError
-from rlperf.run.shm import Layout, ReplayLockTimeout, ReplayReader, RingWriter, Segment, SeqLock, replay_fields, segment_name
-from rlperf.env.vector import VectorSnake, observation_shape
+from rlperf.report.dashboard import Dashboard
+from rlperf.run.actors import (
+    ACTOR_PHASES, CTRL_PUBLISHED_AT, CTRL_SEQ, CTRL_STOP, CTRL_UPDATES, DONE, EPISODE_RING, SLOT, STARTING, STOPPED,
+    Plan, actor_main, layout_for, shared_qnetwork, shared_views,
+)
+from rlperf.run.checkpoint import CheckpointWriter
+from rlperf.run.files import SCHEMA, CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, MetricsCSV, make_run_dir, \
+    write_json_atomic, write_text_atomic
+from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
+from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory
+from rlperf.run.shm import ReplayLockTimeout, ReplayReader, Segment, SeqLock, cleanup_stale, new_run_id, \
+    segment_name, shm_free_bytes
+from rlperf.run.signals import StopSignal, exit_code
+from rlperf.timers import PhaseTimer
 
-ACTOR_PHASES = ("sync", "select", "step", "push")
-# Per-actor stats slot (float64; counters stay exact up to 2**53).
-SLOT = {name: i for i, name in enumerate((
-    "state", "pid", "vector_steps", "env_steps", "episodes", "lock_wait_s", "lock_acquires", "measured_steps",
-    *(f"{p}_{k}" for p in ACTOR_PHASES for k in ("s", "p50", "p95")), "stale_sum", "stale_max", "behind_sum",
-    "behind_max", "syncs", "torn_reads", "check_s", "diff_before", "diff_after", "peak_rss_mb",
-))}
-STARTING, RUNNING, DONE, STOPPED, FAILED = range(5)  # slot "state"
-CTRL_STOP, CTRL_SEQ, CTRL_UPDATES, CTRL_PUBLISHED_AT = range(4)  # control block (int64)
-EPISODE_RING = 8192  # finished episodes kept per actor between two learner reads
-ERROR_BYTES = 512
 CHECK_EVERY_S = 0.1  # liveness checks: a dead actor is seen within this (+ one update)
 STOP_GRACE_S = 5.0
 MAX_RESTARTS = 10  # per actor; a crash loop ends the run instead of spinning
-_SAMPLES_KEPT = 4096  # per phase, for the p50/p95 an actor reports
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything an actor process needs (picklable; the lock and the wake-up semaphore travel at spawn)."""
-
-    cfg: Config
-    segment: str
-    layout: Layout
-    obs_shape: tuple[int, ...]
-    ring_capacity: int
-    param_shapes: tuple[tuple[int, ...], ...]
-    learner_pid: int
-    lock: Any = None
-    wake: Any = None
-
-
-def layout_for(cfg: Config, obs_shape: tuple[int, ...], n_params: int) -> tuple[Layout, int, int]:
-    """The segment layout, the number of rings and slots per ring."""
-    k, a = cfg.async_.actors, cfg.async_
-    rings, capacity = (1, cfg.buffer.capacity) if a.buffer == "locked" else (k, cfg.buffer.capacity // k)
-    fields = {
-        "ctrl": ((4,), "int64"),
-        "slots": ((k, len(SLOT)), "float64"),
-        "holding": ((k,), "int64"),
-        "errors": ((k, ERROR_BYTES), "uint8"),
-        "episodes": ((k, EPISODE_RING, 3), "float64"),
-        "weights": ((n_params,), "float32"),
-        **replay_fields(rings, capacity, obs_shape),
-    }
-    return Layout(fields), rings, capacity
 
 
 def learner_threads(cfg: Config) -> int:
     """``run.threads``, or else the cores the actors leave free (at least 1): a learner whose intra-op
-    threads compete with busy actors for the same cores spends its updates spinning (seed 004 §7)."""
+    threads compete with busy actors for the same cores spends its updates spinning (docs/bottlenecks.md §14)."""
     if cfg.run.threads > 0:
         return cfg.run.threads
     try:
@@ -122,8 +92,25 @@ def learner_threads(cfg: Config) -> int:
     return max(1, min(torch.get_num_threads(), cores - cfg.async_.actors))
 
 
+LOCKFREE_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
+"""Where the lock-free ring's "slots first, then the write index" publication is sound without
+fences: x86's total store order (stores become visible in program order, loads are not reordered
+with loads). Weaker orderings (ARM, POWER) would need release/acquire barriers numpy cannot emit."""
+
+
+def usable_async_config(cfg: Config) -> Config:
+    """``cfg``, with ``async.buffer=lockfree`` replaced by ``locked`` (and a line on stderr) on a
+    machine whose memory ordering the lock-free ring was not written for."""
+    machine = platform.machine().lower()
+    if cfg.async_.buffer != "lockfree" or machine in LOCKFREE_MACHINES:
+        return cfg
+    print(f"rlperf: async.buffer=lockfree relies on x86-64 memory ordering and this machine is {machine}: "
+          f"using async.buffer=locked", file=sys.stderr)
+    return cfg.model_copy(update={"async_": cfg.async_.model_copy(update={"buffer": "locked"})})
+
+
 def check_async(cfg: Config) -> None:
-    """Refuse, with one line each, settings the async mode cannot honour (DESIGN §7)."""
+    """Refuse, with one line each, settings the async mode cannot honour."""
     a, b = cfg.async_, cfg.buffer
     if cfg.env.backend != "tensor":
         raise ConfigError(f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",
@@ -141,244 +128,6 @@ def check_async(cfg: Config) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Actor process
-
-
-def actor_main(plan: Plan, index: int, incarnation: int) -> None:
-    """Entry point of actor ``index`` (its ``incarnation``-th start): step, act, write, repeat."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the learner, which stops us in order
-    terminated: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
-    torch.set_num_threads(1)
-    segment = Segment(plan.segment, plan.layout, create=False)
-    slot = segment.arrays["slots"][index]
-    code = 0
-    try:
-        code = _act(plan, index, incarnation, segment.arrays, terminated)
-    except BaseException as exc:  # report it where the learner looks, then die with a non-zero code
-        slot[SLOT["state"]] = FAILED
-        text = f"{type(exc).__name__}: {exc}".encode()[: ERROR_BYTES - 1]
-        segment.arrays["errors"][index, : len(text)] = np.frombuffer(text, dtype=np.uint8)
-        traceback.print_exc()
-        code = 1
-    finally:
-        segment.close()
-    sys.exit(code)
-
-
-def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray], terminated: list[int]) -> int:
-    cfg, a, t, e = plan.cfg, plan.cfg.async_, plan.cfg.train, plan.cfg.env
-    ctrl, slots, slot = arrays["ctrl"], arrays["slots"], arrays["slots"][index]
-    slot[SLOT["pid"]] = os.getpid()
-    arrays["errors"][index] = 0
-    seed = cfg.run.seed + 1000 * (index + 1) + 7919 * incarnation
-    torch.manual_seed(seed)
-    cpu = torch.device("cpu")
-    env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu)
-    obs, _ = env.reset(seed=seed)
-    # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
-    agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu)
-    agent.generator.manual_seed(seed)
-    policy = PolicySync(plan, arrays, agent.q)
-    writer = RingWriter(arrays, index, plan.ring_capacity, lock=plan.lock, holding=arrays["holding"][index:index + 1],
-                        give_up=lambda: _stopping(plan, ctrl, terminated))
-    clock = _ActorClock(slot, t.warmup_steps)
-    episodes = arrays["episodes"][index]
-    n = a.envs_per_actor
-    slot[SLOT["state"]] = RUNNING
-    policy.sync()  # the learner published version 1 before starting us
-    while True:
-        if _stopping(plan, ctrl, terminated):
-            slot[SLOT["state"]] = STOPPED
-            break
-        env_steps, n_episodes = slots[:, SLOT["env_steps"]].sum(), slots[:, SLOT["episodes"]].sum()
-        if (t.steps and env_steps >= t.steps) or (t.episodes and n_episodes >= t.episodes):
-            slot[SLOT["state"]] = DONE
-            break
-        clock.start()
-        policy.sync()
-        clock.lap("sync")
-        actions = agent.act(obs, epsilon_at(cfg, int(env_steps)))
-        policy.note_use(slot, ctrl)
-        clock.lap("select")
-        next_obs, rewards, terminations, _, infos = env.step(actions)
-        clock.lap("step")
-        waited = writer.write(obs.numpy(), actions.numpy(), rewards.numpy(), infos["final_obs"].numpy(), terminations.numpy())
-        if waited is None:  # stopped while waiting for the lock
-            continue
-        if plan.wake is not None:
-            wake(plan.wake)
-        obs = next_obs
-        finished = infos["_episode"].nonzero().squeeze(1)
-        if finished.numel():
-            count = int(slot[SLOT["episodes"]])
-            rows = (count + np.arange(finished.numel())) % EPISODE_RING
-            ep = infos["episode"]
-            episodes[rows] = torch.stack([ep["score"][finished].double(), ep["length"][finished].double(),
-                                          ep["return"][finished].double()], 1).numpy()
-            slot[SLOT["episodes"]] = count + finished.numel()  # after the rows: the learner reads up to here
-        clock.lap("push")
-        slot[SLOT["vector_steps"]] += 1
-        slot[SLOT["env_steps"]] += n
-        if plan.lock is not None:
-            slot[SLOT["lock_wait_s"]] += waited
-            slot[SLOT["lock_acquires"]] += 1
-        clock.step_done()
-    clock.flush()
-    return 143 if terminated and not ctrl[CTRL_STOP] else 0
-
-
-def wake(signal_: Any) -> None:
-    """Wake a learner blocked in ``async.wait=event``. Never blocks: a bounded semaphore, not an
-    ``mp.Event``, whose ``set`` takes a lock that a killed learner may still hold."""
-    try:
-        signal_.release()
-    except ValueError:  # already signalled
-        pass
-
-
-def _stopping(plan: Plan, ctrl: np.ndarray, terminated: list[int]) -> bool:
-    # getppid() changes when the learner dies (we are re-parented): never outlive it.
-    return bool(ctrl[CTRL_STOP]) or bool(terminated) or os.getppid() != plan.learner_pid
-
-
-class _ActorClock:
-    """Phase times of one actor, written into its stats slot (totals every step, p50/p95 every 0.5 s)."""
-
-    def __init__(self, slot: np.ndarray, warmup_steps: int) -> None:
-        self.slot, self.warmup_steps, self.steps = slot, warmup_steps, 0
-        self.samples = {p: np.zeros(_SAMPLES_KEPT) for p in ACTOR_PHASES}
-        self.index = {p: SLOT[f"{p}_s"] for p in ACTOR_PHASES}
-        self.t = 0.0
-        self.flushed = time.monotonic()
-
-    def start(self) -> None:
-        self.t = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        now = time.perf_counter()
-        if self.steps >= self.warmup_steps:
-            self.slot[self.index[phase]] += now - self.t
-            self.samples[phase][(self.steps - self.warmup_steps) % _SAMPLES_KEPT] = now - self.t
-        self.t = now
-
-    def step_done(self) -> None:
-        self.steps += 1
-        if self.steps > self.warmup_steps:
-            self.slot[SLOT["measured_steps"]] += 1
-        if time.monotonic() - self.flushed > 0.5:
-            self.flush()
-
-    def flush(self) -> None:
-        kept = min(max(self.steps - self.warmup_steps, 0), _SAMPLES_KEPT)
-        for phase, values in self.samples.items():
-            if kept:
-                p50, p95 = np.percentile(values[:kept], (50, 95))
-                self.slot[SLOT[f"{phase}_p50"]], self.slot[SLOT[f"{phase}_p95"]] = p50, p95
-        self.slot[SLOT["peak_rss_mb"]] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        self.flushed = time.monotonic()
-
-
-def shared_views(plan: Plan, flat: np.ndarray) -> list[torch.Tensor]:
-    views, offset = [], 0
-    for shape in plan.param_shapes:
-        size = int(np.prod(shape))
-        views.append(torch.from_numpy(flat[offset:offset + size]).view(shape))
-        offset += size
-    return views
-
-
-def shared_qnetwork(obs_shape: tuple[int, ...], hidden: list[int], views: list[torch.Tensor]) -> QNetwork:
-    """Seed 002's shared model: a Q-network whose tensors are the shared-memory weights."""
-    model = QNetwork(obs_shape, 3, hidden)
-    for p, view in zip(model.parameters(), views):
-        p.data = view
-    return model
-
-
-class PolicySync:
-    """An actor's copy of the weights, kept up to date the way ``async.publish`` says."""
-
-    def __init__(self, plan: Plan, arrays: dict[str, np.ndarray], local: torch.nn.Module) -> None:
-        a = plan.cfg.async_
-        self.mode, self.check = a.publish, a.weight_check == "on"
-        self.seq, self.ctrl, self.slot = SeqLock(arrays["ctrl"][CTRL_SEQ:CTRL_SEQ + 1]), arrays["ctrl"], None
-        self.local = local
-        self.local_params = list(local.parameters())
-        self.shared = shared_views(plan, arrays["weights"])
-        if self.mode == "state_dict":
-            self.shared_model = shared_qnetwork(plan.obs_shape, list(plan.cfg.agent.hidden), self.shared)
-        self.big = max(range(len(self.shared)), key=lambda i: self.shared[i].numel())  # the seed's head1.weight
-        self.version, self.updates_at = -1, 0
-        self.counts = {"syncs": 0, "torn_reads": 0, "check_s": 0.0}
-
-    def sync(self) -> None:
-        """``shared``: copy when the version moved. ``state_dict``: clone and load every time."""
-        if self.mode == "shared":
-            counter = self.seq.read()
-            if counter // 2 == self.version:
-                return
-        before = self._compare() if self.check else None
-        if not (self._copy_in_place() if self.mode == "shared" else self._load_state_dict()):
-            return
-        self.counts["syncs"] += 1
-        if before is not None:
-            self.counts["diff_before"], self.counts["diff_after"] = before, self._compare()
-
-    def _copy_in_place(self) -> bool:
-        for _ in range(10_000):
-            counter = self.seq.read()
-            if counter % 2 == 0:
-                with torch.no_grad():
-                    torch._foreach_copy_(self.local_params, self.shared)
-                updates_at = int(self.ctrl[CTRL_PUBLISHED_AT])
-                if self.seq.read() == counter:
-                    self.version, self.updates_at = counter // 2, updates_at
-                    return True
-            self.counts["torn_reads"] += 1
-            time.sleep(0)
-        return False  # the learner is stuck mid-write (or gone); keep acting, the stop checks decide
-
-    def _load_state_dict(self) -> bool:
-        counter = self.seq.read()
-        if counter % 2:
-            self.counts["torn_reads"] += 1
-            return False
-        cloned = {k: v.clone() for k, v in self.shared_model.state_dict().items()}  # seed 002's copy_model_state_dict
-        updates_at = int(self.ctrl[CTRL_PUBLISHED_AT])
-        if self.seq.read() != counter:  # the learner wrote meanwhile: keep the old weights this step
-            self.counts["torn_reads"] += 1
-            return False
-        self.local.load_state_dict(cloned)
-        self.version, self.updates_at = counter // 2, updates_at
-        return True
-
-    def _compare(self) -> float:
-        t0 = time.perf_counter()
-        local = self.local_params[self.big].data.clone().cpu()
-        shared = self.shared[self.big].clone().cpu()
-        diff = torch.abs(local - shared).mean().item()
-        self.counts["check_s"] += time.perf_counter() - t0
-        return diff
-
-    def note_use(self, slot: np.ndarray, ctrl: np.ndarray) -> None:
-        """Staleness at use: versions (and learner updates) behind the newest published weights."""
-        stale = self.seq.version - self.version
-        behind = int(ctrl[CTRL_UPDATES]) - self.updates_at
-        slot[SLOT["stale_sum"]] += stale
-        slot[SLOT["behind_sum"]] += behind
-        if stale > slot[SLOT["stale_max"]]:
-            slot[SLOT["stale_max"]] = stale
-        if behind > slot[SLOT["behind_max"]]:
-            slot[SLOT["behind_max"]] = behind
-        c = self.counts
-        slot[SLOT["syncs"]], slot[SLOT["torn_reads"]], slot[SLOT["check_s"]] = c["syncs"], c["torn_reads"], c["check_s"]
-        if "diff_after" in c:
-            slot[SLOT["diff_before"]], slot[SLOT["diff_after"]] = c["diff_before"], c["diff_after"]
-
-
-# ------------------------------------------------------------------------------------------------
 # Learner (the main process)
 
 
@@ -388,7 +137,7 @@ def publish_weights(mode: str, q: torch.nn.Module, shared: list[torch.Tensor], s
         with torch.no_grad():
             for view, p in zip(shared, q.parameters()):
                 view.copy_(p)
-    else:  # seed 002: the whole state dict to the CPU, loaded into the shared model
+    else:  # the slow form: the whole state dict to the CPU, loaded into the shared model
         state_dict_cpu = {k: v.cpu() for k, v in q.state_dict().items()}
         shared_model.load_state_dict(state_dict_cpu)
 
@@ -401,34 +150,26 @@ class ActorFailure(RuntimeError):
         self.detail = detail
 
 
-class _NoBatch(RuntimeError):
-    pass
-
-
 class _Sampler:
-    """What :meth:`rlperf.dqn.Agent.update` samples from: the shared replay, staged on the learner's device."""
+    """What :meth:`rlperf.dqn.Agent.update` samples from: the shared replay, staged on the learner's device.
+
+    :meth:`ready` draws the next batch into the reader's staging arrays; :meth:`sample` hands it
+    over (the batch size is the reader's, fixed when the run starts).
+    """
 
     def __init__(self, reader: ReplayReader, device: torch.device) -> None:
-        from rlperf.buffer import Batch
-
-        self.reader, self.device, self._ready = reader, device, False
+        self.reader, self.device = reader, device
         out = reader.out
-        host = Batch(*(torch.from_numpy(out[k]) for k in ("obs", "action", "reward", "next_obs", "done")))
-        self._host = host
-        self._batch = host if device.type == "cpu" else None  # on the CPU the staging arrays are the batch
+        self._host = Batch(*(torch.from_numpy(out[k]) for k in ("obs", "action", "reward", "next_obs", "done")))
 
     def ready(self) -> bool:
         """Draw the next batch now; False when the replay cannot give one yet."""
-        self._ready = self.reader.sample() is not None
-        return self._ready
+        return self.reader.sample() is not None
 
-    def sample(self, batch_size: int) -> Any:
-        if not self._ready and self.reader.sample() is None:
-            raise _NoBatch
-        self._ready = False
-        if self._batch is not None:
-            return self._batch
-        return type(self._host)(*(x.to(self.device) for x in self._host))
+    def sample(self, batch_size: int) -> Batch:
+        if self.device.type == "cpu":
+            return self._host  # on the CPU the staging arrays are the batch
+        return Batch(*(x.to(self.device) for x in self._host))
 
 
 class Learner:
@@ -438,60 +179,51 @@ class Learner:
         self.cfg = cfg
 
     def run(self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool,
-            kind: str) -> Any:
-        from rlperf.run import lifecycle as runner
-        from rlperf.buffer import BufferMemoryError
-        from rlperf.run.files import make_run_dir
-        from rlperf.run.shm import cleanup_stale, new_run_id, shm_free_bytes
-
-        cfg, a = self.cfg, self.cfg.async_
+            kind: str) -> RunResult:
+        cfg = self.cfg = usable_async_config(self.cfg)
         self.obs_shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
         check_async(cfg)
-        self.device = runner.prepare(cfg)
-        runner.seed_everything(cfg.run.seed)
-        self.param_shapes = tuple(tuple(p.shape) for p in QNetwork(self.obs_shape, 3, list(cfg.agent.hidden)).parameters())
-        n_weights = sum(int(np.prod(s)) for s in self.param_shapes)
-        self.layout, self.rings, self.ring_capacity = layout_for(cfg, self.obs_shape, n_weights)
-        free = shm_free_bytes()
-        if free is not None and self.layout.nbytes > 0.9 * free:
-            raise BufferMemoryError(
-                f"async replay needs {self.layout.nbytes / 2**20:.1f} MiB of shared memory, /dev/shm has "
-                f"{free / 2**20:.1f} MiB free", hint="lower buffer.capacity, or enlarge /dev/shm (docker: --shm-size)")
-        self.agent = Agent(cfg, self.obs_shape, self.device)
-        self.stop = runner.StopSignal()
-        threads_before = torch.get_num_threads()
-        self.learner_threads = learner_threads(cfg)
-        torch.set_num_threads(self.learner_threads)
-        with self.stop.installed():
+        self.stop = StopSignal()
+        with thread_settings_restored(), self.stop.installed():
+            self.device = prepare(cfg)
+            seed_everything(cfg.run.seed)
+            self.param_shapes = tuple(tuple(p.shape) for p in QNetwork(self.obs_shape, 3, list(cfg.agent.hidden)).parameters())
+            n_weights = sum(int(np.prod(s)) for s in self.param_shapes)
+            self.layout, self.rings, self.ring_capacity = layout_for(cfg, self.obs_shape, n_weights)
+            free = shm_free_bytes()
+            if free is not None and self.layout.nbytes > 0.9 * free:
+                raise MemoryRefused(
+                    f"async replay needs {self.layout.nbytes / 2**20:.1f} MiB of shared memory, /dev/shm has "
+                    f"{free / 2**20:.1f} MiB free", hint="lower buffer.capacity, or enlarge /dev/shm (docker: --shm-size)")
+            self.agent = Agent(cfg, self.obs_shape, self.device)
+            self.learner_threads = learner_threads(cfg)
+            torch.set_num_threads(self.learner_threads)
             self.stale_removed = cleanup_stale()
-            if self.stop.signum is not None:
-                raise runner.RunInterrupted(self.stop.signum)
+            self.stop.raise_if_set()
             self.run_dir = make_run_dir(out, name, prefix=kind)
-            self.command, self.kind = list(command or sys.argv), kind
+            self.kind = kind
+            self.history = RunHistory(started_at=now(), command=list(command or sys.argv), device=str(self.device))
             self.segment = Segment(segment_name(new_run_id(), "run"), self.layout, create=True)
             self.procs: list[Any] = []
             safety_net = register_cleanup(self.procs, self.segment)
             try:
-                return self._run(runner, quiet, show)
+                return self._run(show and not quiet)
             finally:
                 self._stop_actors()
                 self.segment.unlink()
                 self.segment.close()
                 atexit.unregister(safety_net)
-                torch.set_num_threads(threads_before)
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _run(self, runner: Any, quiet: bool, show: bool) -> Any:
-        from rlperf.run.files import MetricsCSV, write_text_atomic
-        from rlperf.config import to_toml
-        from rlperf.timers import PhaseTimer
-
+    def _run(self, show: bool) -> RunResult:
         cfg, a, t = self.cfg, self.cfg.async_, self.cfg.train
         arrays = self.segment.arrays
         self.ctrl, self.slots = arrays["ctrl"], arrays["slots"]
-        write_text_atomic(self.run_dir / runner.CONFIG_NAME, to_toml(cfg))
-        self.metrics = MetricsCSV(self.run_dir / runner.METRICS_NAME, runner.METRICS_FIELDS)
+        self.rss_scope = reset_peak_memory(self.device)
+        write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
+        self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+        self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, None)
         ctx = spawn_context()
         lock = ctx.Lock() if a.buffer == "locked" else None
         self.wake = ctx.BoundedSemaphore(1) if a.wait == "event" else None
@@ -517,15 +249,14 @@ class Learner:
         self.episodes_lost = 0
         self.episodes_seen = 0  # episodes whose score and length the learner read
         self.t_start = time.perf_counter()
-        self.started_at = _now()
-        self.window: tuple[float, int, int, int] | None = None
+        # (time, env steps, updates, episodes) when every actor was past its warm-up steps.
+        self.window_start: tuple[float, int, int, int] | None = None
         self.t_first_update: float | None = None
         self.t_first_data: float | None = None
         self.t_all_running: float | None = None
         self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
         total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
-        self.unit = unit
-        self.board = Dashboard(total, unit, enabled=show and not quiet)
+        self.board = Dashboard(total, unit, enabled=show)
 
         self._publish()  # version 1: every actor starts from the learner's initial weights
         for i in range(a.actors):
@@ -571,10 +302,9 @@ class Learner:
         except ReplayLockTimeout as exc:
             status, error = "failed", f"{exc}: an actor may be stuck or have died inside it"
         except Exception as exc:  # a bug or an OOM: keep the record of what was measured, then surface it
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
-            self._finish(runner, status, error)
+            self._finish("failed", f"{type(exc).__name__}: {exc}")
             raise
-        return self._finish(runner, status, error)
+        return self._finish(status, error)
 
     def _after_update(self) -> None:
         a = self.cfg.async_
@@ -594,7 +324,7 @@ class Learner:
         elif self.t_first_data is None:
             self.t_first_data = t0
         if self.wake is None:
-            time.sleep(0.001)  # seed 002's poll
+            time.sleep(0.001)  # the slow form: poll
         else:
             self.wake.acquire(block=False)  # drop a stale wake-up, then look again before blocking
             if self.reader.published() == published:
@@ -658,9 +388,9 @@ class Learner:
         """Rates are measured from the moment every actor is past its warm-up steps (spawn excluded)."""
         if self.t_all_running is None and all(int(s) != STARTING for s in self.slots[:, SLOT["state"]]):
             self.t_all_running = now
-        if self.window is None and (self.slots[:, SLOT["measured_steps"]] > 0).all():
+        if self.window_start is None and (self.slots[:, SLOT["measured_steps"]] > 0).all():
             s = self.slots
-            self.window = (now, int(s[:, SLOT["env_steps"]].sum()), self.agent.updates, int(s[:, SLOT["episodes"]].sum()))
+            self.window_start = (now, int(s[:, SLOT["env_steps"]].sum()), self.agent.updates, int(s[:, SLOT["episodes"]].sum()))
 
     def _stop_actors(self) -> None:
         """In order: the shared stop flag, a grace period, then SIGTERM, then SIGKILL."""
@@ -708,26 +438,32 @@ class Learner:
                 self.loss_sum.zero_()
                 self.loss_count = 0
                 finite = math.isfinite(p.last_loss)
-            wall = time.perf_counter() - self.t_start
-            rate = p.env_steps / wall if wall > 0 else 0.0
-            self.metrics.write(dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes,
-                                    updates=p.updates, wall_s=round(wall, 4), mean_score_100=p.mean_score,
-                                    mean_return_100=p.mean_return, best_score=p.best_score, epsilon=p.epsilon,
-                                    loss=p.last_loss, env_steps_per_s=rate))
+            now_s = time.perf_counter()
+            window = self._window(now_s) if self.window_start is not None else None
+            row = metrics_row(p, now_s - self.t_start, window)
+            self.metrics.write(row)
             if self.board.enabled:
-                done = p.episodes if self.unit == "episodes" else p.env_steps
-                self.board.update(done, {"episodes": p.episodes, "env_steps_per_s": rate,
-                                         "updates_per_s": p.updates / wall if wall else 0.0, "mean_score": p.mean_score,
-                                         "epsilon": p.epsilon, "loss": p.last_loss},
+                done = p.episodes if self.board.unit == "episodes" else p.env_steps
+                self.board.update(done, {"episodes": p.episodes, "env_steps_per_s": row["env_steps_per_s"],
+                                         "updates_per_s": window.rate(window.updates) if window else 0.0,
+                                         "mean_score": p.mean_score, "epsilon": p.epsilon, "loss": p.last_loss},
                                   extra=lambda: _metrics_line(self._async_metrics(time.perf_counter())))
         return finite
 
+    def _window(self, t_end: float) -> Window:
+        """The measured part up to ``t_end``: from when every actor was past its warm-up (spawn and
+        warm-up excluded, as a sync run excludes its warm-up steps)."""
+        t0, env0, upd0, ep0 = self.window_start or (self.t_all_running or self.t_start, 0, 0, 0)
+        s = self.slots
+        return Window(max(t_end - t0, 1e-9), int(s[:, SLOT["env_steps"]].sum()) - env0, self.agent.updates - upd0,
+                      int(s[:, SLOT["episodes"]].sum()) - ep0)
+
     def _async_metrics(self, t_end: float) -> dict[str, Any]:
-        """Seed 004's table: experience rate, updates/s, waiting, lock wait, drops, staleness, utilisation."""
+        """The async metrics: experience rate, updates/s, waiting, lock wait, drops, staleness, utilisation."""
         a, s = self.cfg.async_, self.slots
         col = lambda name: s[:, SLOT[name]]  # noqa: E731
         env_steps, updates = int(col("env_steps").sum()), self.agent.updates
-        t0, env0, upd0, _ = self.window or (self.t_all_running or self.t_start, 0, 0, 0)
+        t0, env0, upd0, _ = self.window_start or (self.t_all_running or self.t_start, 0, 0, 0)
         span = max(t_end - t0, 1e-9)
         active = max(t_end - self.t_first_update, 1e-9) if self.t_first_update is not None else None
         steps = max(col("vector_steps").sum(), 1)
@@ -788,80 +524,48 @@ class Learner:
         merged = {**actor, **learner}
         return {name: merged[name] for name in order}
 
-    def _finish(self, runner: Any, status: str, error: str | None) -> Any:
-        from rlperf.config import config_to_dict
-        from rlperf.run.files import RECORD_NAME, SCHEMA, peak_cuda_mb, peak_rss_mb, save_torch_atomic, system_info, \
-            write_json_atomic
-
+    def _finish(self, status: str, error: str | None) -> RunResult:
         t_end = time.perf_counter()
         self._stop_actors()
         self._log_quietly()
         self.metrics.close()
         cfg, a, p = self.cfg, self.cfg.async_, self.progress
         m = self._async_metrics(t_end)
-        t0, env0, upd0, ep0 = self.window or (self.t_all_running or self.t_start, 0, 0, 0)
-        span = max(t_end - t0, 1e-9)
-        episode_rate = (p.episodes - ep0) / span
+        window = self._window(t_end)
         timing = self.timer.to_dict()
-        files = {"record": RECORD_NAME, "metrics": runner.METRICS_NAME, "config": runner.CONFIG_NAME}
-        checkpoint = None
+        warmup_s = (self.window_start or (self.t_all_running or self.t_start,))[0] - self.t_start
         if cfg.train.checkpoint and status in ("completed", "interrupted"):
-            save_torch_atomic(self.run_dir / runner.CHECKPOINT_NAME, {
-                "schema": SCHEMA, "mode": "async", "config": config_to_dict(cfg), "agent": self.agent.state_dict(),
-                "progress": p.state_dict()})
-            checkpoint = {"file": runner.CHECKPOINT_NAME, "env_steps": p.env_steps, "vector_steps": p.vector_steps}
-            files["checkpoint"] = runner.CHECKPOINT_NAME
+            self.checkpoints.write({"schema": SCHEMA, "mode": "async", "config": config_to_dict(cfg),
+                                    "agent": self.agent.state_dict(), "progress": p.state_dict()}, p)
         s = self.slots
         replay_bytes = self.rings * self.ring_capacity * (2 * 4 * int(np.prod(self.obs_shape)) + 8 + 4 + 4)
-        record = {
-            "schema": SCHEMA, "kind": self.kind, "name": self.run_dir.name, "run_dir": str(self.run_dir),
-            "status": status, "command": self.command, "started_at": self.started_at, "resumed": [],
-            "config": config_to_dict(cfg), "system": system_info(self.device),
-            "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": t0 - self.t_start,
-                       "measured_steps": timing["measured_steps"], "measured_wall_s": span},
-            "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
-                       "updates": self.agent.updates, "wall_s": t_end - self.t_start, "warmup_s": t0 - self.t_start},
-            "throughput": {
-                "env_steps_per_s": m["experience_rate"], "updates_per_s": m["updates_per_s_window"],
-                "episodes_per_s": episode_rate, "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
-                "replay_ratio": self.agent.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
-            },
-            "phases": self._phases(),
-            "learning": {
-                "mean_score_last_100": _finite(p.mean_score), "mean_return_last_100": _finite(p.mean_return),
-                "best_score": p.best_score,
-                "mean_episode_length": p.episode_steps / self.episodes_seen if self.episodes_seen else None,
-                "final_epsilon": p.epsilon, "last_loss": _finite(p.last_loss)},
-            "memory": {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": peak_cuda_mb(self.device),
-                       "replay_mb": replay_bytes / 2**20, "shared_mb": self.layout.nbytes / 2**20,
-                       "actors_peak_rss_mb": float(s[:, SLOT["peak_rss_mb"]].sum())},
-            "checkpoint": checkpoint,
-            "files": files,
-            "async": {
-                "actors": a.actors, "envs_per_actor": a.envs_per_actor, "boards": a.actors * a.envs_per_actor,
-                "learner_threads": self.learner_threads, "buffer": a.buffer, "wait": a.wait, "weight_check": a.weight_check, "publish": a.publish,
-                "publish_every": a.publish_every, "restart_actors": a.restart_actors,
-                **{k: v for k, v in m.items() if k != "updates_per_s_window"},
-                "startup_s": (self.t_all_running - self.t_start) if self.t_all_running else None,
-                "restarts": sum(self.restarts), "restart_events": self.restart_events, "failure": self.failure,
-                "episodes_not_read": self.episodes_lost, "stale_segments_removed": self.stale_removed,
-                "replay": {"rings": self.rings, "ring_capacity": self.ring_capacity, "segment": self.segment.name,
-                           "storage": "host shared memory, copied to the learner's device per sample"},
-                "per_actor": [{"index": i, "pids": self.pids[i], "exit_code": self.exit_codes[i],
-                               "restarts": self.restarts[i], "env_steps": int(s[i, SLOT["env_steps"]]),
-                               "episodes": int(s[i, SLOT["episodes"]]), "lock_wait_s": float(s[i, SLOT["lock_wait_s"]])}
-                              for i in range(a.actors)],
-            },
+        record = build_record(
+            cfg=cfg, device=self.device, run_dir=self.run_dir, history=self.history, kind=self.kind, status=status,
+            progress=p, timing={**timing, "warmup_s": warmup_s}, window=window, wall_s=t_end - self.t_start,
+            phases=self._phases(), episode_length=p.episode_steps / self.episodes_seen if self.episodes_seen else None,
+            rss_scope=self.rss_scope,
+            memory={"replay_mb": replay_bytes / 2**20, "shared_mb": self.layout.nbytes / 2**20,
+                    "actors_peak_rss_mb": float(s[:, SLOT["peak_rss_mb"]].sum())},
+            checkpoint=self.checkpoints.describe(), error=error)
+        record["async"] = {
+            "actors": a.actors, "envs_per_actor": a.envs_per_actor, "boards": a.actors * a.envs_per_actor,
+            "learner_threads": self.learner_threads, "buffer": a.buffer, "wait": a.wait, "weight_check": a.weight_check,
+            "publish": a.publish, "publish_every": a.publish_every, "restart_actors": a.restart_actors,
+            **{k: v for k, v in m.items() if k != "updates_per_s_window"},
+            "startup_s": (self.t_all_running - self.t_start) if self.t_all_running else None,
+            "restarts": sum(self.restarts), "restart_events": self.restart_events, "failure": self.failure,
+            "episodes_not_read": self.episodes_lost, "stale_segments_removed": self.stale_removed,
+            "replay": {"rings": self.rings, "ring_capacity": self.ring_capacity, "segment": self.segment.name,
+                       "storage": "host shared memory, copied to the learner's device per sample"},
+            "per_actor": [{"index": i, "pids": self.pids[i], "exit_code": self.exit_codes[i],
+                           "restarts": self.restarts[i], "env_steps": int(s[i, SLOT["env_steps"]]),
+                           "episodes": int(s[i, SLOT["episodes"]]), "lock_wait_s": float(s[i, SLOT["lock_wait_s"]])}
+                          for i in range(a.actors)],
         }
-        if error:
-            record["error"] = error
         write_json_atomic(self.run_dir / RECORD_NAME, record)
         if self.board.enabled:
             self.board.console.print(async_table(record["async"]))
-        code = runner.EXIT_CODES[status]
-        if status == "interrupted" and self.stop.signum == signal.SIGTERM:
-            code = 143
-        return runner.RunResult(self.run_dir, record, code)
+        return RunResult(self.run_dir, record, exit_code(status, self.stop.signum))
 
     def _log_quietly(self) -> None:
         enabled, self.board.enabled = self.board.enabled, False
@@ -869,16 +573,6 @@ class Learner:
             self._log()
         finally:
             self.board.enabled = enabled
-
-
-def _finite(x: float) -> float | None:
-    return x if x == x and abs(x) != float("inf") else None
-
-
-def _now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _metrics_line(m: dict[str, Any]) -> str:
@@ -889,7 +583,7 @@ def _metrics_line(m: dict[str, Any]) -> str:
 
 
 def async_table(m: dict[str, Any]) -> Any:
-    """Seed 004's metrics table, from a record's ``async`` section."""
+    """The async metrics table, from a record's ``async`` section."""
     from rich.table import Table
 
     table = Table(title=f"async: {m['actors']} actor(s) x {m['envs_per_actor']} boards", show_header=False)
@@ -954,9 +648,3 @@ def register_cleanup(procs: list[Any], segment: Segment) -> Any:
 
     atexit.register(cleanup)
     return cleanup
-
-
-def async_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
-              quiet: bool = False, dashboard: bool = True, kind: str = "train") -> Any:
-    """Run ``cfg`` in actor/learner mode and write a run directory; returns a :class:`rlperf.runner.RunResult`."""
-    return Learner(cfg).run(out, name, command, quiet, dashboard, kind)

@@ -5,9 +5,9 @@ Everything lives in numpy views over one ``multiprocessing.shared_memory`` segme
 killed run is recognised (its pid is dead) and removed by :func:`cleanup_stale` at the next start.
 Numpy only, no torch: a process that only writes transitions starts in a fraction of a second.
 
-The replay comes in the two forms of the ``async.buffer`` knob (DESIGN §2, seeds 002 and 004):
+The replay comes in the two forms of the ``async.buffer`` knob (docs/bottlenecks.md §15):
 
-- ``locked`` — the seed's shared buffer: one ring for all actors and one lock held across the whole
+- ``locked`` — the common shared buffer: one ring for all actors and one lock held across the whole
   add (slot writes and index update) and the whole sample (index draw, gathers).
 - ``lockfree`` — one single-writer ring per actor. The actor writes the slots first and then
   publishes its write index (one aligned 8-byte store); the learner reads only slots below a
@@ -288,7 +288,7 @@ class ReplayReader:
             return self._sample_locked()
         return self._sample_lockfree()
 
-    # The seed's form: the lock is held from the size check to the last gather.
+    # The slow form: the lock is held from the size check to the last gather.
     def _sample_locked(self) -> np.ndarray | None:
         t0 = time.perf_counter()
         deadline = t0 + self._lock_timeout_s
@@ -373,7 +373,7 @@ def _slot_ranges(ring: int, capacity: int, lo: int, hi: int) -> list[tuple[int, 
 
 
 class UnsampledTracker:
-    """Counts transitions overwritten before the learner ever sampled them (seed 004's "drops").
+    """Counts transitions overwritten before the learner ever sampled them ("queue drops").
 
     The learner marks the slots it samples; each time it looks at the write indices, the slots
     rewritten since the last look are checked and cleared. Transitions written and overwritten

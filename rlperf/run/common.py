@@ -1,0 +1,69 @@
+"""What both run modes share before and after their loops: preparing the process (device, knobs,
+threads, seeds) and the result a run hands back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlperf.config import Config
+from rlperf.device import resolve_device
+from rlperf.dqn import check_knobs
+from rlperf.errors import RlperfError
+
+
+@dataclass
+class RunResult:
+    """What a run leaves behind: its directory, its record and the process exit code."""
+
+    run_dir: Path
+    record: dict[str, Any]
+    exit_code: int
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def prepare(cfg: Config) -> torch.device:
+    """Resolve the device, refuse knobs that cannot apply, and apply ``run.threads``."""
+    device = resolve_device(cfg.run.device)
+    check_knobs(cfg, device)
+    if cfg.train.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise RlperfError("--tensorboard needs the tensorboard package", hint="pip install 'rlperf[tb]'") from None
+    if cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(cfg.run.threads)
+    return device
+
+
+@contextlib.contextmanager
+def thread_settings_restored() -> Iterator[None]:
+    """``run.threads`` is a run's setting, not the process's from then on: restore torch's thread
+    count and the OMP/MKL variables when the run ends (so the next run of a sweep starts clean)."""
+    torch_threads = torch.get_num_threads()
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    try:
+        yield
+    finally:
+        torch.set_num_threads(torch_threads)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,262 @@
+"""The run record (``run.json``) and the learning-curve row: one builder for sync and async runs.
+
+A record is the unit of evidence ``compare``, ``sweep`` and the advisor read back. Both run modes
+hand :func:`build_record` the same things -- the config, the run's history, its counters, its
+measured window (after warm-up) and its phase statistics -- so their records have one layout and
+one meaning; the async mode adds its own ``async`` section.
+
+Memory is measured per run: the CUDA peak is reset when a run starts, and so is the peak resident
+set size where Linux allows it (``/proc/self/clear_refs``), so a run in a sweep or a comparison
+reports its own peak, not the process's so far. Where the reset is not possible the record says
+``rss_scope: "process"`` and ``compare`` shows the figure without a ratio.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlperf.config import Config, config_to_dict
+from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA
+
+if TYPE_CHECKING:
+    from rlperf.dqn import Progress
+
+METRICS_FIELDS = (
+    "vector_steps", "env_steps", "episodes", "updates", "wall_s", "mean_score_100", "mean_return_100",
+    "best_score", "epsilon", "loss", "env_steps_per_s",
+)
+"""The columns of ``metrics.csv``, one row per log interval."""
+
+
+def now() -> str:
+    """The current UTC time as an ISO 8601 string (seconds)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def finite(x: float) -> float | None:
+    """``x``, or None for NaN and infinities (JSON has neither)."""
+    return x if x == x and abs(x) != float("inf") else None
+
+
+@dataclass
+class RunHistory:
+    """What a run carries across resumes (saved in the checkpoint under ``run``)."""
+
+    started_at: str
+    command: list[str]
+    device: str
+    wall_s: float = 0.0  # wall seconds of the segments before this one
+    resumed: list[dict[str, Any]] = field(default_factory=list)
+    at_warmup_end: dict[str, int] = field(default_factory=lambda: {"env_steps": 0, "updates": 0, "episodes": 0})
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured part of a run (after warm-up): its wall seconds and what was done in them."""
+
+    wall_s: float
+    env_steps: int
+    updates: int
+    episodes: int
+
+    def rate(self, count: int | float) -> float:
+        return count / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def metrics_row(p: Progress, wall_s: float, measured: Window | None) -> dict[str, Any]:
+    """One ``metrics.csv`` row. The rate is over the measured window (warm-up excluded, as in the
+    record); before the warm-up ends it is over the whole run so far."""
+    rate = measured.rate(measured.env_steps) if measured is not None else (p.env_steps / wall_s if wall_s > 0 else 0.0)
+    return dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes, updates=p.updates,
+                wall_s=round(wall_s, 4), mean_score_100=p.mean_score, mean_return_100=p.mean_return,
+                best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate)
+
+
+def build_record(
+    *,
+    cfg: Config,
+    device: torch.device,
+    run_dir: Path,
+    history: RunHistory,
+    kind: str,
+    status: str,
+    progress: Progress,
+    timing: Mapping[str, Any],
+    window: Window,
+    wall_s: float,
+    phases: Mapping[str, Any],
+    episode_length: float | None,
+    rss_scope: str,
+    memory: Mapping[str, Any] | None = None,
+    checkpoint: Mapping[str, Any] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds and measured
+    steps; ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
+    returned at the start; ``memory`` extra memory figures."""
+    p = progress
+    files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
+    if checkpoint is not None:
+        files["checkpoint"] = CHECKPOINT_NAME
+    episode_rate = window.rate(window.episodes)
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "name": run_dir.name,
+        "run_dir": str(run_dir),
+        "status": status,
+        "command": history.command,
+        "started_at": history.started_at,
+        "resumed": history.resumed,
+        "config": config_to_dict(cfg),
+        "system": system_info(device),
+        "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
+                   "measured_steps": timing["measured_steps"], "measured_wall_s": window.wall_s},
+        "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
+                   "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
+        "throughput": {
+            "env_steps_per_s": window.rate(window.env_steps),
+            "updates_per_s": window.rate(window.updates),
+            "episodes_per_s": episode_rate,
+            "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
+            "replay_ratio": p.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
+        },
+        "phases": dict(phases),
+        "learning": {
+            "mean_score_last_100": finite(p.mean_score),
+            "mean_return_last_100": finite(p.mean_return),
+            "best_score": p.best_score,
+            "mean_episode_length": episode_length,
+            "final_epsilon": p.epsilon,
+            "last_loss": finite(p.last_loss),
+        },
+        "memory": {"peak_rss_mb": peak_rss_mb(), "rss_scope": rss_scope, "peak_cuda_mb": peak_cuda_mb(device),
+                   **(memory or {})},
+        "checkpoint": dict(checkpoint) if checkpoint is not None else None,
+        "files": files,
+    }
+    if error:
+        record["error"] = error
+    return record
+
+
+# -- the system ---------------------------------------------------------------------------------
+
+
+def system_info(device: torch.device | str) -> dict[str, Any]:
+    """What a timing depends on: versions, device, CPU, threads, git revision, host."""
+    device = torch.device(device)
+    cpu = cpu_model()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return {
+        "rlperf": _rlperf_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(device),
+        "device_name": device_name,
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "torch_threads": torch.get_num_threads(),
+        "git_revision": git_revision(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def _rlperf_version() -> str:
+    import rlperf
+
+    return rlperf.__version__
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's marketing name ("AMD EPYC 7B13"), or the best this platform offers."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def git_revision(cwd: str | Path | None = None) -> str | None:
+    """The commit checked out in ``cwd`` (default: the working directory), or None."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or os.getcwd(), capture_output=True, text=True,
+                                timeout=5, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+# -- memory peaks, per run ----------------------------------------------------------------------
+
+_CLEAR_REFS = "/proc/self/clear_refs"
+_STATUS = "/proc/self/status"
+
+
+def reset_peak_memory(device: torch.device) -> str:
+    """Start this run's memory peaks from now; returns the RSS scope, ``"run"`` or ``"process"``.
+
+    The CUDA allocator's peak is reset on ``device``. Linux resets the resident-set high-water
+    mark (``VmHWM``) when 5 is written to ``/proc/self/clear_refs``; elsewhere the RSS peak stays
+    the process's peak so far.
+    """
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return "process"
+    return "run" if _vm_hwm_mb() is not None else "process"
+
+
+def _vm_hwm_mb() -> float | None:
+    try:
+        with open(_STATUS, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory in MiB since the last :func:`reset_peak_memory` (or process start)."""
+    hwm = _vm_hwm_mb()
+    if hwm is not None:
+        return hwm
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # macOS reports bytes, Linux kB
+
+
+def peak_cuda_mb(device: torch.device | str) -> float | None:
+    """Peak memory allocated by tensors on a CUDA ``device`` since the last reset, in MiB; None elsewhere."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / (1024 * 1024)
