@@ -24,7 +24,7 @@ class _CallingLoader(importlib.abc.Loader):
         self._callback = callback
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)  # type: ignore[no-any-return]
+        return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
@@ -41,7 +41,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.name = name
         self.callback = callback
 
-    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # one shot, and find_spec below must not find this finder again

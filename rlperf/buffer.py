@@ -92,7 +92,7 @@ class _Storage:
                  seed: int) -> None:
         self.capacity, self.obs_shape, self.obs_dtype, self.device = capacity, obs_shape, obs_dtype, device
 
-    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+    def write_one(self, slot: int, obs: np.ndarray, action: Any, reward: Any, next_obs: np.ndarray,
                   done: Any) -> None:
         """One transition, as the per-board loop hands it over (host arrays and Python scalars)."""
         raise NotImplementedError
@@ -164,7 +164,7 @@ class ListStorage(_HostRng, _Storage):
         else:
             self._list[slot] = item
 
-    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+    def write_one(self, slot: int, obs: np.ndarray, action: Any, reward: Any, next_obs: np.ndarray,
                   done: Any) -> None:
         # Copy: on the CPU ``obs[i].cpu().numpy()`` is a view of the env's own buffer, which the
         # env overwrites on its next step.
@@ -188,11 +188,11 @@ class ListStorage(_HostRng, _Storage):
     def sample(self, size: int, batch_size: int) -> Batch:
         items = [self._list[i] for i in self.draw(size, batch_size)]
         arrays = (
-            np.stack([t[0] for t in items]),  # type: ignore[index]
-            np.array([t[1] for t in items], dtype=np.int64),  # type: ignore[index]
-            np.array([t[2] for t in items], dtype=np.float32),  # type: ignore[index]
-            np.stack([t[3] for t in items]),  # type: ignore[index]
-            np.array([t[4] for t in items], dtype=np.float32),  # type: ignore[index]
+            np.stack([t[0] for t in items]),
+            np.array([t[1] for t in items], dtype=np.int64),
+            np.array([t[2] for t in items], dtype=np.float32),
+            np.stack([t[3] for t in items]),
+            np.array([t[4] for t in items], dtype=np.float32),
         )
         return Batch(*(torch.from_numpy(x).to(self.device) for x in arrays))
 
@@ -225,7 +225,7 @@ class NumpyStorage(_HostRng, _Storage):
         _HostRng.__init__(self, seed)
         np_dtype = _numpy_dtype(obs_dtype)
         # ``empty``, not ``zeros``: only the filled part is ever read.
-        self._fields = (
+        self._fields: tuple[np.ndarray, ...] = (
             np.empty((capacity, *obs_shape), dtype=np_dtype),
             np.empty((capacity,), dtype=np.int64),
             np.empty((capacity,), dtype=np.float32),
@@ -233,9 +233,9 @@ class NumpyStorage(_HostRng, _Storage):
             np.empty((capacity,), dtype=np.float32),
         )
 
-    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+    def write_one(self, slot: int, obs: np.ndarray, action: Any, reward: Any, next_obs: np.ndarray,
                   done: Any) -> None:
-        for dst, value in zip(self._fields, (obs, action, reward, next_obs, done)):
+        for dst, value in zip(self._fields, (obs, action, reward, next_obs, done), strict=True):
             dst[slot] = value
 
     def write_batch(self, start: int, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor,
@@ -244,7 +244,7 @@ class NumpyStorage(_HostRng, _Storage):
         # (which hands numpy arrays and Python scalars to the same storage) bit for bit.
         m = obs.shape[0]
         first = _ring_slices(start, m, self.capacity)
-        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones)):
+        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones), strict=True):
             host = src.cpu().numpy()
             dst[start:start + first] = host[:first]
             dst[:m - first] = host[first:]
@@ -257,7 +257,7 @@ class NumpyStorage(_HostRng, _Storage):
         return tuple(torch.from_numpy(f[:size].copy()) for f in self._fields)  # type: ignore[return-value]
 
     def load(self, size: int, fields: list[Tensor]) -> None:
-        for dst, src in zip(self._fields, fields):
+        for dst, src in zip(self._fields, fields, strict=True):
             dst[:size] = src.numpy()
 
 
@@ -279,7 +279,7 @@ class TensorStorage(_Storage):
         self._rng = torch.Generator(device=device)
         self._rng.manual_seed(seed)
 
-    def write_one(self, slot: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+    def write_one(self, slot: int, obs: np.ndarray, action: Any, reward: Any, next_obs: np.ndarray,
                   done: Any) -> None:
         # Each of these is a separate host-to-device copy or fill kernel: that is the point.
         f = self._fields
@@ -296,7 +296,7 @@ class TensorStorage(_Storage):
         # (one op per field, where an index scatter needs an index and a cast first).
         m = obs.shape[0]
         first = _ring_slices(start, m, self.capacity)
-        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones)):
+        for dst, src in zip(self._fields, (obs, actions, rewards, next_obs, dones), strict=True):
             dst[start:start + first].copy_(src[:first])
             if first < m:
                 dst[:m - first].copy_(src[first:])
@@ -311,7 +311,7 @@ class TensorStorage(_Storage):
         return tuple(f[:size].to("cpu", copy=True) for f in self._fields)  # type: ignore[return-value]
 
     def load(self, size: int, fields: list[Tensor]) -> None:
-        for dst, src in zip(self._fields, fields):
+        for dst, src in zip(self._fields, fields, strict=True):
             dst[:size].copy_(src)
 
     @property

@@ -17,7 +17,7 @@ import re
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -169,13 +169,17 @@ class TrainConfig(BaseModel):
         1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps (docs/bottlenecks.md §3)"
     )
     learning_starts: int = Field(5_000, ge=0, description="env transitions collected before updates start")
-    log_every: int = Field(100, ge=1, description="vector steps between log phases; 1 = sync and log every step (docs/bottlenecks.md §9)")
+    log_every: int = Field(
+        100, ge=1, description="vector steps between log phases; 1 = sync and log every step (docs/bottlenecks.md §9)"
+    )
     amp: Literal["off", "bf16", "fp16"] = Field("off", description="mixed precision for the update (docs/bottlenecks.md §10)")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune", "jit"] = Field(
         "off", description="torch.compile mode for the network, or jit for TorchScript (docs/bottlenecks.md §11)"
     )
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step (docs/bottlenecks.md §12)")
-    gc: Literal["on", "off", "freeze"] = Field("on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)")
+    gc: Literal["on", "off", "freeze"] = Field(
+        "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)"
+    )
     warmup_steps: int = Field(10, ge=0, description="first vector steps, excluded from rates")
     checkpoint: bool = Field(True, description="write checkpoint.pt at the end of the run")
     tensorboard: bool = Field(False, description="write TensorBoard scalars")
@@ -189,16 +193,20 @@ class AsyncConfig(BaseModel):
     actors: int = Field(2, ge=1, description="actor processes")
     envs_per_actor: int = Field(64, ge=1, description="boards each actor steps")
     buffer: Literal["locked", "lockfree"] = Field(
-        "lockfree", description="locked = one lock over add and sample; lockfree = per-actor single-writer rings "
-        "(docs/bottlenecks.md §15)"
+        "lockfree",
+        description="locked = one lock over add and sample; lockfree = per-actor single-writer rings "
+        "(docs/bottlenecks.md §15)",
     )
     wait: Literal["sleep", "event"] = Field(
-        "event", description="how the learner waits for data: sleep = poll; event = block on an event (docs/bottlenecks.md §16)"
+        "event",
+        description="how the learner waits for data: sleep = poll; event = block on an event (docs/bottlenecks.md §16)",
     )
     weight_check: Literal["on", "off"] = Field(
-        "off", description="clone and compare the weights on every sync (docs/bottlenecks.md §17)")
+        "off", description="clone and compare the weights on every sync (docs/bottlenecks.md §17)"
+    )
     publish: Literal["state_dict", "shared"] = Field(
-        "shared", description="weights to actors as a CPU state dict or through versioned shared tensors (docs/bottlenecks.md §18)"
+        "shared",
+        description="weights to actors as a CPU state dict or through versioned shared tensors (docs/bottlenecks.md §18)",
     )
     publish_every: int = Field(10, ge=1, description="learner updates between weight publications")
     restart_actors: bool = Field(False, description="restart an actor that dies instead of ending the run")
@@ -223,7 +231,7 @@ class Config(BaseModel):
 
 # Section name as written in TOML and --set ("async") → its model class.
 _SECTIONS: dict[str, type[BaseModel]] = {
-    (info.alias or name): info.annotation for name, info in Config.model_fields.items()  # type: ignore[misc]
+    (info.alias or name): cast(type[BaseModel], info.annotation) for name, info in Config.model_fields.items()
 }
 
 # Flag name → the key it sets.
@@ -366,9 +374,7 @@ def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
 def _split_override(item: str) -> tuple[str, Any]:
     """``"section.key=value"`` → (checked key, parsed value)."""
     if "=" not in item:
-        raise ConfigError(
-            f"override {item!r} has no '='", hint="write --set section.key=value, e.g. --set buffer.push=loop"
-        )
+        raise ConfigError(f"override {item!r} has no '='", hint="write --set section.key=value, e.g. --set buffer.push=loop")
     key, raw = (part.strip() for part in item.split("=", 1))
     parts = key.split(".")
     if len(parts) != 2 or not all(parts):

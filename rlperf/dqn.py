@@ -23,14 +23,14 @@ import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rlperf.buffer import ReplayBuffer
+from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
 from rlperf.errors import ConfigError
 from rlperf.timers import PhaseTimer
@@ -48,7 +48,13 @@ class QNetwork(nn.Module):
             width = obs_shape[0]
         else:
             channels, height, width_px = obs_shape
-            layers += [nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Flatten()]
+            layers += [
+                nn.Conv2d(channels, 32, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 3, padding=1),
+                nn.ReLU(),
+                nn.Flatten(),
+            ]
             width = 64 * height * width_px
         for size in hidden:
             layers += [nn.Linear(width, size), nn.ReLU()]
@@ -64,11 +70,18 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
-        raise ConfigError("train.amp=fp16 needs a CUDA device (GradScaler + float16 autocast)", hint="use train.amp=bf16 or off on the CPU")
+        raise ConfigError(
+            "train.amp=fp16 needs a CUDA device (GradScaler + float16 autocast)", hint="use train.amp=bf16 or off on the CPU"
+        )
     if train.amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"train.amp=bf16 is not supported by {torch.cuda.get_device_name(device)}", hint="use train.amp=fp16")
+        raise ConfigError(
+            f"train.amp=bf16 is not supported by {torch.cuda.get_device_name(device)}", hint="use train.amp=fp16"
+        )
     if train.compile in ("reduce-overhead", "max-autotune") and device.type != "cuda":
-        raise ConfigError(f"train.compile={train.compile} relies on CUDA graphs / GPU autotuning", hint="use train.compile=default on the CPU")
+        raise ConfigError(
+            f"train.compile={train.compile} relies on CUDA graphs / GPU autotuning",
+            hint="use train.compile=default on the CPU",
+        )
     if train.compile in ("default", "reduce-overhead", "max-autotune"):
         try:
             # By name: an ``import torch._inductor`` statement here would make ``torch`` a local
@@ -77,7 +90,10 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
         except Exception as exc:  # pragma: no cover - depends on the install
             raise ConfigError(f"train.compile={train.compile} needs torch.compile's inductor backend: {exc}") from None
         if device.type == "cpu" and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
-            raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
+            raise ConfigError(
+                "train.compile on the CPU needs a C++ compiler (none found on PATH)",
+                hint="install gcc or use train.compile=off",
+            )
 
 
 def epsilon_at(cfg: Config, env_steps: int) -> float:
@@ -85,6 +101,13 @@ def epsilon_at(cfg: Config, env_steps: int) -> float:
     a = cfg.agent
     fraction = min(1.0, env_steps / a.eps_decay_steps)
     return a.eps_start + fraction * (a.eps_end - a.eps_start)
+
+
+class BatchSource(Protocol):
+    """What an update samples from: a :class:`~rlperf.buffer.ReplayBuffer`, or the async learner's
+    view of the shared replay."""
+
+    def sample(self, batch_size: int) -> Batch: ...
 
 
 class Agent:
@@ -109,17 +132,19 @@ class Agent:
         self.updates = 0
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.run.seed + 1)
-        self._q_params = list(self.q.parameters())
-        self._target_params = list(self.target.parameters())
+        self._q_params: list[torch.Tensor] = list(self.q.parameters())
+        self._target_params: list[torch.Tensor] = list(self.target.parameters())
 
         self.forward, self.target_forward = self._compiled(t.compile)
         # The Q-network has no dropout or batch norm, so train and eval mode compute the same thing:
         # what the knob switches is whether autograd records a graph during action selection.
         self._inference: Callable[[], contextlib.AbstractContextManager[Any]] = (
-            torch.inference_mode if a.inference == "no_grad" else contextlib.nullcontext)
+            torch.inference_mode if a.inference == "no_grad" else contextlib.nullcontext
+        )
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.amp)
         self._autocast: Callable[[], contextlib.AbstractContextManager[Any]] = (
-            (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext)
+            (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+        )
         self.scaler = torch.amp.GradScaler(device.type) if t.amp == "fp16" else None
         self._loss = F.smooth_l1_loss if a.huber else F.mse_loss
         self._chooser = self.forward if a.double else self.target_forward
@@ -133,7 +158,7 @@ class Agent:
             return self.q, self.target
         if mode == "jit":
             return torch.jit.script(self.q), torch.jit.script(self.target)
-        return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)  # type: ignore[return-value]
+        return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)
 
     def act(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Per-board ε-greedy on the device: each board flips its own coin."""
@@ -144,7 +169,7 @@ class Agent:
             random = torch.randint(0, N_ACTIONS, (n,), generator=self.generator, device=self.device)
             return torch.where(explore, random, greedy)
 
-    def update(self, buffer: ReplayBuffer) -> torch.Tensor:
+    def update(self, buffer: BatchSource) -> torch.Tensor:
         """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches; the mean
         loss as a 0-d tensor on the device (reading it is the caller's host sync)."""
         self.optimizer.zero_grad(set_to_none=True)
@@ -350,7 +375,7 @@ def run_loop(
                 actions = agent.act(obs, progress.epsilon)
 
             with timer.phase("step"):
-                next_obs, rewards, terminated, truncated, infos = env.step(actions)
+                next_obs, rewards, terminated, _truncated, infos = env.step(actions)
 
             with timer.phase("push"):
                 # final_obs is the true next observation of every board, also where the board

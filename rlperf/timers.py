@@ -84,7 +84,7 @@ class _Phase:
     and hands out the right one from ``phase()``: the hot path never asks whether it is warm.
     """
 
-    __slots__ = ("name", "_timer", "_t0", "_buf", "_n")
+    __slots__ = ("_buf", "_n", "_t0", "_timer", "name")
 
     def __init__(self, name: str, timer: PhaseTimer) -> None:
         self.name = name
@@ -171,7 +171,7 @@ class _EventPhase(_Phase):
 class _Annotated:
     """Wraps a phase in ``torch.profiler.record_function("phase:<name>")`` for profiler traces."""
 
-    __slots__ = ("inner", "_label", "_range")
+    __slots__ = ("_label", "_range", "inner")
 
     def __init__(self, inner: _Phase) -> None:
         self.inner = inner

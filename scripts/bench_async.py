@@ -42,7 +42,12 @@ ONE_FIX = {"+lockfree": "async.buffer=lockfree", "+event": "async.wait=event",
 
 
 def variants(k: int, envs_per_actor: int, train_ratio: float) -> dict[str, list[str]]:
-    base = ["run.mode=async", f"async.actors={k}", f"async.envs_per_actor={envs_per_actor}", f"train.train_ratio={train_ratio}"]
+    base = [
+        "run.mode=async",
+        f"async.actors={k}",
+        f"async.envs_per_actor={envs_per_actor}",
+        f"train.train_ratio={train_ratio}",
+    ]
     out = {"seed": base + SEED_FORM}
     for label, fix in ONE_FIX.items():
         out[label] = base + [o for o in SEED_FORM if o.split("=")[0] != fix.split("=")[0]] + [fix]
@@ -64,8 +69,13 @@ def measure(record: dict[str, Any], wall: float) -> dict[str, float | None]:
         "mean_score": record["learning"]["mean_score_last_100"],
     }
     if a is None:  # sync: updates/s over the measured loop, no locks, no waiting
-        out.update(learner_updates_per_s=record["throughput"]["updates_per_s"], lock_wait_s=0.0, wait_share=0.0,
-                   sync_ms_per_step=0.0, staleness_updates=0.0)
+        out.update(
+            learner_updates_per_s=record["throughput"]["updates_per_s"],
+            lock_wait_s=0.0,
+            wait_share=0.0,
+            sync_ms_per_step=0.0,
+            staleness_updates=0.0,
+        )
     else:
         out.update(
             learner_updates_per_s=a["learner_updates_per_s"],
@@ -115,9 +125,9 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
             plan = Plan(cfg, seg.name, layout, shape, 1, shapes, 0)
             views = shared_views(plan, seg.arrays["weights"])
             model = shared_qnetwork(shape, list(cfg.agent.hidden), views) if publish == "state_dict" else None
-            seq = SeqLock(seg.arrays["ctrl"][CTRL_SEQ:CTRL_SEQ + 1])
+            seq = SeqLock(seg.arrays["ctrl"][CTRL_SEQ : CTRL_SEQ + 1])
 
-            def publish_once() -> None:
+            def publish_once(seq=seq, publish=publish, q=q, views=views, model=model) -> None:  # type: ignore[no-untyped-def]
                 seq.begin()
                 publish_weights(publish, q, views, model)
                 seq.end()
@@ -128,7 +138,7 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
             label = f"publish={publish}, weight_check={check}"
             rows.append(("actor sync, no new weights", label, _timeit(sync.sync, 300)))
 
-            def new_version_then_sync() -> None:
+            def new_version_then_sync(seq=seq, sync=sync) -> None:  # type: ignore[no-untyped-def]
                 seq.begin()
                 seq.end()
                 sync.sync()
@@ -238,8 +248,7 @@ def micro_wakeup(count: int = 1500) -> list[tuple[str, str, float]]:
     return rows
 
 
-def _contending_writer(name: str, fields: dict, ring: int, cap: int, chunk: int, lock: Any, seconds: float,
-                       out: Any) -> None:
+def _contending_writer(name: str, fields: dict, ring: int, cap: int, chunk: int, lock: Any, seconds: float, out: Any) -> None:
     import numpy as np
 
     from rlperf.run.shm import Layout, RingWriter, Segment
@@ -257,7 +266,9 @@ def _contending_writer(name: str, fields: dict, ring: int, cap: int, chunk: int,
     seg.close()
 
 
-def micro_contention(writers: int, seconds: float, capacity: int, obs: int, batch: int, chunk: int) -> list[tuple[str, str, float]]:
+def micro_contention(
+    writers: int, seconds: float, capacity: int, obs: int, batch: int, chunk: int
+) -> list[tuple[str, str, float]]:
     """Writers at full speed and the learner sampling at full speed: what the lock costs each side."""
     import multiprocessing as mp
 
@@ -272,8 +283,10 @@ def micro_contention(writers: int, seconds: float, capacity: int, obs: int, batc
         seg = Segment(segment_name(new_run_id(), "micro"), Layout(fields), create=True)
         lock = ctx.Lock() if mode == "locked" else None
         out = ctx.Queue()
-        procs = [ctx.Process(target=_contending_writer, args=(seg.name, fields, w, cap, chunk, lock, seconds, out),
-                             daemon=True) for w in range(writers)]
+        procs = [
+            ctx.Process(target=_contending_writer, args=(seg.name, fields, w, cap, chunk, lock, seconds, out), daemon=True)
+            for w in range(writers)
+        ]
         try:
             for p in procs:
                 p.start()
@@ -314,16 +327,50 @@ def run_micro(args: argparse.Namespace) -> dict[str, Any]:
     rows += micro_wakeup()
     for writers in (int(x) for x in args.actors.split(",")):
         rows += micro_contention(writers, 4.0, cfg.buffer.capacity, obs, cfg.buffer.batch_size, args.envs_per_actor)
-    table = Table(title=f"async mechanisms, side by side in one process ({args.config}: hidden {list(cfg.agent.hidden)}, "
-                        f"batch {cfg.buffer.batch_size}, obs {obs} floats, {args.envs_per_actor} boards per write)")
+    table = Table(
+        title=f"async mechanisms, side by side in one process ({args.config}: hidden {list(cfg.agent.hidden)}, "
+        f"batch {cfg.buffer.batch_size}, obs {obs} floats, {args.envs_per_actor} boards per write)"
+    )
     for col in ("measure", "form", "value"):
         table.add_column(col, justify="right" if col == "value" else "left")
     for measure_, form, value in rows:
-        unit = ("µs", 1e6) if "latency" in measure_ or measure_.startswith(("actor", "learner publish", "learner sample ")) else ("", 1)
-        text = f"{value * unit[1]:,.1f} {unit[0]}" if unit[0] else (f"{value:.1%}" if "share" in measure_ or "per s" in measure_ else f"{value:,.0f}")
+        unit = (
+            ("µs", 1e6)
+            if "latency" in measure_ or measure_.startswith(("actor", "learner publish", "learner sample "))
+            else ("", 1)
+        )
+        text = (
+            f"{value * unit[1]:,.1f} {unit[0]}"
+            if unit[0]
+            else (f"{value:.1%}" if "share" in measure_ or "per s" in measure_ else f"{value:,.0f}")
+        )
         table.add_row(measure_, form, text)
     Console(width=200).print(table)
     return {"rows": [{"measure": m, "form": f, "value": v} for m, f, v in rows]}
+
+
+def run_round(args: argparse.Namespace, r: int, plan: list[tuple[int, str, list[str]]], common: list[str],
+              results: dict[str, dict[str, list[dict[str, Any]]]], console: Any) -> None:
+    """One repeat of every planned run, in order; each run's figures go into ``results``."""
+    from rlperf.config import config_from
+    from rlperf.run.lifecycle import train_run
+
+    for k, label, overrides in plan:
+        cfg = config_from(args.config, common + overrides + [f"run.seed={r}"])
+        t0 = time.perf_counter()
+        record = train_run(cfg, out=args.out, name=f"K{k}-{label.strip('+')}", quiet=True, dashboard=False).record
+        wall = time.perf_counter() - t0
+        if record["status"] != "completed":
+            console.print(f"[red]K={k} {label}: {record['status']}: {record.get('error')}")
+            continue
+        m = measure(record, wall)
+        results.setdefault(str(k), {}).setdefault(label, []).append(m)
+        console.print(
+            f"repeat {r + 1}/{args.repeats} K={k} {label:16s} exp/s {m['env_steps_per_s']:9,.0f}  "
+            f"learner upd/s {m['learner_updates_per_s']:7.1f}  lock {m['lock_wait_s']:.3f}s  "
+            f"wall {wall:.1f}s",
+            highlight=False,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,15 +400,19 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rlperf.config import config_from
     from rlperf.run.record import system_info
-    from rlperf.run.lifecycle import train_run
 
     console = Console(stderr=True)
     # One intra-op thread per process everywhere: async actors always use one, and a sync loop or a
     # learner whose OpenMP threads compete with other busy processes spins instead of working.
-    common = [f"train.steps={args.steps}", "train.episodes=0", f"run.device={args.device}", "train.checkpoint=false",
-              f"run.threads={args.threads}", *args.overrides]
+    common = [
+        f"train.steps={args.steps}",
+        "train.episodes=0",
+        f"run.device={args.device}",
+        "train.checkpoint=false",
+        f"run.threads={args.threads}",
+        *args.overrides,
+    ]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     plan = []
     for k in (int(x) for x in args.actors.split(",")):
@@ -370,19 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                 plan.append((k, label, overrides))
     started = time.time()
     for r in range(args.repeats):
-        for k, label, overrides in plan:
-            cfg = config_from(args.config, common + overrides + [f"run.seed={r}"])
-            t0 = time.perf_counter()
-            record = train_run(cfg, out=args.out, name=f"K{k}-{label.strip('+')}", quiet=True, dashboard=False).record
-            wall = time.perf_counter() - t0
-            if record["status"] != "completed":
-                console.print(f"[red]K={k} {label}: {record['status']}: {record.get('error')}")
-                continue
-            m = measure(record, wall)
-            results.setdefault(str(k), {}).setdefault(label, []).append(m)
-            console.print(f"repeat {r + 1}/{args.repeats} K={k} {label:16s} exp/s {m['env_steps_per_s']:9,.0f}  "
-                          f"learner upd/s {m['learner_updates_per_s']:7.1f}  lock {m['lock_wait_s']:.3f}s  "
-                          f"wall {wall:.1f}s", highlight=False)
+        run_round(args, r, plan, common, results, console)
 
     def med(runs: list[dict[str, Any]], key: str) -> tuple[float, float, float] | None:
         values = [x[key] for x in runs if x.get(key) is not None]
@@ -396,10 +435,22 @@ def main(argv: list[str] | None = None) -> int:
 
     summary: dict[str, Any] = {}
     for k, by_label in results.items():
-        table = Table(title=f"async knobs, K = {k} actor(s) x {args.envs_per_actor} boards, {args.steps:,} env steps "
-                            f"({args.repeats} repeat(s), median [min–max])")
-        for col in ("variant", "exp/s", "× seed", "learner upd/s", "× seed", "lock wait s", "wait %",
-                    "sync ms/step", "updates", "run s"):
+        table = Table(
+            title=f"async knobs, K = {k} actor(s) x {args.envs_per_actor} boards, {args.steps:,} env steps "
+            f"({args.repeats} repeat(s), median [min–max])"
+        )
+        for col in (
+            "variant",
+            "exp/s",
+            "× seed",
+            "learner upd/s",
+            "× seed",
+            "lock wait s",
+            "wait %",
+            "sync ms/step",
+            "updates",
+            "run s",
+        ):
             table.add_column(col, justify="left" if col == "variant" else "right")
         base = by_label.get("seed")
         base_exp = med(base, "env_steps_per_s")[0] if base else None
@@ -410,16 +461,24 @@ def main(argv: list[str] | None = None) -> int:
             wait = med(runs, "wait_share")
             summary[k][label] = {key: med(runs, key) for key in runs[0]}
             table.add_row(
-                label, cell(exp, ",.0f"), f"{exp[0] / base_exp:.2f}" if base_exp else "–",
-                cell(upd, ".1f"), f"{upd[0] / base_upd:.2f}" if base_upd else "–",
-                cell(med(runs, "lock_wait_s"), ".3f"), f"{wait[0] * 100:.0f}" if wait else "–",
-                cell(med(runs, "sync_ms_per_step"), ".3f"), cell(med(runs, "updates"), ".0f"), cell(med(runs, "run_s"), ".1f"))
+                label,
+                cell(exp, ",.0f"),
+                f"{exp[0] / base_exp:.2f}" if base_exp else "–",
+                cell(upd, ".1f"),
+                f"{upd[0] / base_upd:.2f}" if base_upd else "–",
+                cell(med(runs, "lock_wait_s"), ".3f"),
+                f"{wait[0] * 100:.0f}" if wait else "–",
+                cell(med(runs, "sync_ms_per_step"), ".3f"),
+                cell(med(runs, "updates"), ".0f"),
+                cell(med(runs, "run_s"), ".1f"),
+            )
         Console(width=200).print(table)
     console.print(f"total {time.time() - started:.0f} s")
     if args.json_path:
         machine = system_info(args.device)
-        Path(args.json_path).write_text(json.dumps({"args": vars(args), "system": machine, "summary": summary,
-                                                    "runs": results}, indent=2))
+        Path(args.json_path).write_text(
+            json.dumps({"args": vars(args), "system": machine, "summary": summary, "runs": results}, indent=2)
+        )
     return 0
 
 

@@ -30,7 +30,9 @@ from rlperf.env.single import SnakeEnv
 from rlperf.env.vector import VectorSnake
 
 
-def time_vector_snake(n: int, device: torch.device, flood_fill: str, steps: int, repeats: int, obs: str = "features") -> list[float]:
+def time_vector_snake(
+    n: int, device: torch.device, flood_fill: str, steps: int, repeats: int, obs: str = "features"
+) -> list[float]:
     env = VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device)
     env.reset(seed=0)
     actions = torch.randint(0, 3, (steps, n), device=device)
@@ -80,21 +82,35 @@ def plot(results: dict, path: Path) -> None:
     for flood in ("off", "tensor", "bfs"):
         rows = [r for r in results["tensor"] if r["flood_fill"] == flood]
         if rows:
-            ax.errorbar([r["n"] for r in rows], [r["median"] for r in rows],
-                        yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
-                        marker="o", ms=4, capsize=2, label=f"rlperf VectorSnake, flood fill {flood}")
+            ax.errorbar(
+                [r["n"] for r in rows],
+                [r["median"] for r in rows],
+                yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
+                marker="o",
+                ms=4,
+                capsize=2,
+                label=f"rlperf VectorSnake, flood fill {flood}",
+            )
     for kind, marker in (("sync", "s"), ("async", "^"), ("sb3-dummy", "D")):
         rows = [r for r in results["gym"] if r["kind"] == kind]
         if rows:
-            ax.plot([r["n"] for r in rows], [r["median"] for r in rows], marker, ms=7, ls=":",
-                    label=f"{PEER_LABELS[kind]} over SnakeEnv (flood off)")
+            ax.plot(
+                [r["n"] for r in rows],
+                [r["median"] for r in rows],
+                marker,
+                ms=7,
+                ls=":",
+                label=f"{PEER_LABELS[kind]} over SnakeEnv (flood off)",
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("boards stepped together (N)")
     ax.set_ylabel("env steps/s")
     m = results["machine"]
-    ax.set_title(f"Snake 10x10, features obs | {m['gpu'] or m['cpu']}, torch {m['torch']}, {m['threads']} threads | "
-                 f"{results['date']}", fontsize=8)
+    ax.set_title(
+        f"Snake 10x10, features obs | {m['gpu'] or m['cpu']}, torch {m['torch']}, {m['threads']} threads | {results['date']}",
+        fontsize=8,
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     save_figure(plt, fig, path)
@@ -121,9 +137,14 @@ def main() -> None:
     device = resolve_device(args.device)
 
     results: dict = {
-        "machine": {"cpu": cpu_model(), "device": str(device), "torch": torch.__version__, "python": platform.python_version(),
-                    "threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
+        "machine": {
+            "cpu": cpu_model(),
+            "device": str(device),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        },
         "date": time.strftime("%Y-%m-%d"),
         "tensor": [],
         "gym": [],

@@ -105,10 +105,13 @@ def main() -> None:
                 expected = got
             elif not torch.equal(got, expected):
                 raise SystemExit(f"{name} disagrees with {next(iter(forms))} at M={m}")
-            us, cpu_us = time_us(lambda: form(blocked, start), device, args.repeats, args.budget)
+            us, cpu_us = time_us(
+                lambda form=form, blocked=blocked, start=start: form(blocked, start), device, args.repeats, args.budget
+            )
             bfs_us = us if form is floodfill.reachable_bfs else bfs_us
             ratio = f"{bfs_us / us:.0f}x" if bfs_us else "-"
             print(f"{name:<28}{m:>8}{us:>13,.0f}{cpu_us:>13,.0f}{us * 1e3 / m:>10,.0f}{ratio:>8}")
+
 
 if __name__ == "__main__":
     main()

@@ -116,7 +116,7 @@ def main() -> None:
     def blocks(run: list[float]) -> list[float]:
         return [sum(run[i:i + args.block]) for i in range(0, len(run), args.block)]
 
-    best = {v: sum(min(block) for block in zip(*(blocks(run) for run in rs))) for v, rs in runs.items()}
+    best = {v: sum(min(block) for block in zip(*(blocks(run) for run in rs), strict=True)) for v, rs in runs.items()}
     median = {v: statistics.median(sum(run) for run in rs) for v, rs in runs.items()}
     rows = [("phase timers only", "timers off", "phase timers"),
             ("+ cProfile (and GC monitor)", "phase timers", "+ cProfile"),
@@ -126,22 +126,44 @@ def main() -> None:
     cfg = configs["phase timers"]
     device = "cuda" if cfg.run.device != "cpu" and torch.cuda.is_available() else "cpu"
     machine = torch.cuda.get_device_name() if device == "cuda" else cpu_model()
-    print(f"\nconfig {args.config} {' '.join('--set ' + s for s in args.set)}, {args.steps:,} env steps "
-          f"({math.ceil(args.steps / cfg.env.num_envs)} vector steps, {cfg.train.warmup_steps} warm-up), "
-          f"per-{args.block}-step-block minimum over {args.repeats} rounds; {machine}, torch {torch.__version__}, Python {platform.python_version()}\n")
+    print(
+        f"\nconfig {args.config} {' '.join('--set ' + s for s in args.set)}, {args.steps:,} env steps "
+        f"({math.ceil(args.steps / cfg.env.num_envs)} vector steps, {cfg.train.warmup_steps} warm-up), "
+        f"per-{args.block}-step-block minimum over {args.repeats} rounds; {machine}, torch {torch.__version__}, "
+        f"Python {platform.python_version()}\n"
+    )
     print("| instrument | baseline s | with it s | ratio | ratio of medians |")
     print("|---|---:|---:|---:|---:|")
     results = []
     for label, base, variant in rows:
         ratio = best[variant] / best[base]
         ratio_median = median[variant] / median[base]
-        results.append({"instrument": label, "baseline_s": best[base], "with_s": best[variant], "ratio": ratio,
-                        "ratio_of_medians": ratio_median})
+        results.append(
+            {
+                "instrument": label,
+                "baseline_s": best[base],
+                "with_s": best[variant],
+                "ratio": ratio,
+                "ratio_of_medians": ratio_median,
+            }
+        )
         print(f"| {label} | {best[base]:.3f} | {best[variant]:.3f} | {ratio:.3f} | {ratio_median:.3f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": args.config, "steps": args.steps, "set": args.set,
-                                               "repeats": args.repeats, "machine": machine, "device": device,
-                                               "runs": runs, "results": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "config": args.config,
+                    "steps": args.steps,
+                    "set": args.set,
+                    "repeats": args.repeats,
+                    "machine": machine,
+                    "device": device,
+                    "runs": runs,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

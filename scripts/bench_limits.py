@@ -130,28 +130,44 @@ def main() -> None:
             overhead_bound = tally["ops_per_step"] * overhead["median"]
             bandwidth_bound = tally["bytes_per_env_step"] * n / bw["median"]
             bound = max(overhead_bound, bandwidth_bound)
-            row = {"n": n, "flood_fill": flood, **tally, "step_s": step,
-                   "env_steps_per_s": n / step["median"],
-                   "overhead_bound_s": overhead_bound, "bandwidth_bound_s": bandwidth_bound,
-                   "limit_env_steps_per_s": n / bound, "bound_by": "overhead" if overhead_bound >= bandwidth_bound else "bandwidth",
-                   "fraction_of_limit": bound / step["median"]}
+            row = {
+                "n": n,
+                "flood_fill": flood,
+                **tally,
+                "step_s": step,
+                "env_steps_per_s": n / step["median"],
+                "overhead_bound_s": overhead_bound,
+                "bandwidth_bound_s": bandwidth_bound,
+                "limit_env_steps_per_s": n / bound,
+                "bound_by": "overhead" if overhead_bound >= bandwidth_bound else "bandwidth",
+                "fraction_of_limit": bound / step["median"],
+            }
             results["rows"].append(row)
-            print(f"  flood={flood:6s} N={n:>8,}: {row['ops_per_step']:.0f} ops, {row['bytes_per_env_step']:.0f} B/env step, "
-                  f"{row['env_steps_per_s']:,.0f} env steps/s ({row['fraction_of_limit']:.0%} of the {row['bound_by']} limit)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  flood={flood:6s} N={n:>8,}: {row['ops_per_step']:.0f} ops, {row['bytes_per_env_step']:.0f} B/env step, "
+                f"{row['env_steps_per_s']:,.0f} env steps/s ({row['fraction_of_limit']:.0%} of the {row['bound_by']} limit)",
+                file=sys.stderr,
+                flush=True,
+            )
     if emit(results, args.out, args.json):
         return
     m = results["machine"]
     print(f"\nVectorSnake.step, 10x10, features | {machine_line(m)}")
-    print(f"memory bandwidth (copy, read+write) {bw['median'] / 1e9:.1f} GB/s; per-op overhead {overhead['median'] * 1e6:.2f} µs"
-          f"; medians of {args.repeats}")
-    header = (f"{'flood':<7} {'N':>9} {'ops/step':>9} {'B/env step':>11} {'step µs':>9} {'env steps/s':>13} "
-              f"{'ops×overhead µs':>16} {'bytes/bw µs':>12} {'limit steps/s':>14} {'of limit':>9}")
+    print(
+        f"memory bandwidth (copy, read+write) {bw['median'] / 1e9:.1f} GB/s; per-op overhead {overhead['median'] * 1e6:.2f} µs"
+        f"; medians of {args.repeats}"
+    )
+    header = (
+        f"{'flood':<7} {'N':>9} {'ops/step':>9} {'B/env step':>11} {'step µs':>9} {'env steps/s':>13} "
+        f"{'ops×overhead µs':>16} {'bytes/bw µs':>12} {'limit steps/s':>14} {'of limit':>9}"
+    )
     print_header(header)
     for r in results["rows"]:
-        print(f"{r['flood_fill']:<7} {r['n']:>9,} {r['ops_per_step']:>9.0f} {r['bytes_per_env_step']:>11.0f} "
-              f"{r['step_s']['median'] * 1e6:>9.1f} {r['env_steps_per_s']:>13,.0f} {r['overhead_bound_s'] * 1e6:>16.1f} "
-              f"{r['bandwidth_bound_s'] * 1e6:>12.1f} {r['limit_env_steps_per_s']:>14,.0f} {r['fraction_of_limit']:>9.0%}")
+        print(
+            f"{r['flood_fill']:<7} {r['n']:>9,} {r['ops_per_step']:>9.0f} {r['bytes_per_env_step']:>11.0f} "
+            f"{r['step_s']['median'] * 1e6:>9.1f} {r['env_steps_per_s']:>13,.0f} {r['overhead_bound_s'] * 1e6:>16.1f} "
+            f"{r['bandwidth_bound_s'] * 1e6:>12.1f} {r['limit_env_steps_per_s']:>14,.0f} {r['fraction_of_limit']:>9.0%}"
+        )
 
 
 if __name__ == "__main__":

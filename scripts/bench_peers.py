@@ -146,7 +146,7 @@ def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> d
             self.started = time.perf_counter()
 
         def _on_step(self) -> bool:
-            for done, info in zip(self.locals["dones"], self.locals["infos"]):
+            for done, info in zip(self.locals["dones"], self.locals["infos"], strict=True):
                 if done:
                     self.scores.append(float(info["score"]))
                     window = self.scores[-WINDOW:]
@@ -178,7 +178,8 @@ def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> d
             "episodes": len(scores.scores), "env_steps_per_s": model.num_timesteps / wall,
             "final_mean_score_100": sum(window) / len(window) if window else 0.0,
             "curve": scores.curve[::step] + scores.curve[-1:], "_full_curve": scores.curve,
-            "settings": {k: v for k, v in settings.items() if k != "policy_kwargs"} | {"net_arch": settings["policy_kwargs"]["net_arch"]}}
+            "settings": {k: v for k, v in settings.items() if k != "policy_kwargs"}
+            | {"net_arch": settings["policy_kwargs"]["net_arch"]}}
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -187,8 +188,10 @@ def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> d
 def summarize_runs(runs: list[dict], targets: list[float]) -> dict:
     for r in runs:
         r["other_s"] = r["wall_s"] - r["update_s"]
-    out = {key: summarize(r[key] for r in runs)
-           for key in ("wall_s", "update_s", "other_s", "env_steps_per_s", "final_mean_score_100")}
+    out = {
+        key: summarize(r[key] for r in runs)
+        for key in ("wall_s", "update_s", "other_s", "env_steps_per_s", "final_mean_score_100")
+    }
     out["env_steps"] = runs[0]["env_steps"]
     out["updates"] = runs[0]["updates"]
     out["episodes"] = summarize(r["episodes"] for r in runs)
@@ -197,7 +200,8 @@ def summarize_runs(runs: list[dict], targets: list[float]) -> dict:
         hits = [first_crossing(r.get("_full_curve", r["curve"]), t) for r in runs]
         reached = [h for h in hits if h]
         out["time_to_score"][str(t)] = {
-            "reached": len(reached), "runs": len(runs),
+            "reached": len(reached),
+            "runs": len(runs),
             "wall_s": summarize(h["wall_s"] for h in reached) if reached else None,
             "env_steps": summarize(h["env_steps"] for h in reached) if reached else None,
         }
@@ -214,8 +218,9 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xlabel("wall-clock seconds (log)")
     ax.set_ylabel(f"mean score, last {WINDOW} episodes")
     m = results["machine"]
-    ax.set_title(f"Snake {results['board']}x{results['board']}, {results['env_steps']:,} env steps each\n"
-                 f"{machine_line(m)}", fontsize=9)
+    ax.set_title(
+        f"Snake {results['board']}x{results['board']}, {results['env_steps']:,} env steps each\n{machine_line(m)}", fontsize=9
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(plt, fig, path)
@@ -226,8 +231,12 @@ def main() -> None:
     parser.add_argument("--config", default="default", help="rlperf config (name or path); SB3 copies its settings")
     parser.add_argument("--steps", type=int, default=0, help="env steps for every run (default: rlperf's own run)")
     parser.add_argument("--sb3-envs", default="1,16", help="comma-separated n_envs for SB3 runs")
-    parser.add_argument("--sb3-flood-fill", default="bfs", choices=("bfs", "tensor"),
-                        help="flood fill in SB3's single-board envs (same observation; bfs is faster per board)")
+    parser.add_argument(
+        "--sb3-flood-fill",
+        default="bfs",
+        choices=("bfs", "tensor"),
+        help="flood fill in SB3's single-board envs (same observation; bfs is faster per board)",
+    )
     parser.add_argument("--targets", default=",".join(str(t) for t in DEFAULT_TARGETS), help="mean scores to time")
     parser.add_argument("--repeats", type=int, default=3, help="rlperf runs (seconds each)")
     parser.add_argument("--sb3-repeats", type=int, default=1, help="runs per SB3 setting (minutes each)")
@@ -250,25 +259,49 @@ def main() -> None:
     cfg = load_config(config)
     seed = cfg.run.seed
 
-    results: dict = {"machine": machine_info(torch.device("cpu")), "config": config, "board": cfg.env.size,
-                     "obs": cfg.env.obs, "flood_fill": cfg.env.flood_fill, "targets": targets, "entries": [],
-                     "cleanrl": "not run: see the script's docstring"}
+    results: dict = {
+        "machine": machine_info(torch.device("cpu")),
+        "config": config,
+        "board": cfg.env.size,
+        "obs": cfg.env.obs,
+        "flood_fill": cfg.env.flood_fill,
+        "targets": targets,
+        "entries": [],
+        "cleanrl": "not run: see the script's docstring",
+    }
     with tempfile.TemporaryDirectory() as tmp:
         print(f"rlperf train --config {config}:", file=sys.stderr, flush=True)
         runs = [run_rlperf(config, args.steps or None, threads, Path(tmp)) for _ in range(args.repeats)]
         steps = args.steps or runs[0]["env_steps"]
         results["env_steps"] = steps
-        results["entries"].append({"label": f"rlperf train ({cfg.env.num_envs} boards, batched)", "kind": "rlperf",
-                                   "n_envs": cfg.env.num_envs, "summary": summarize_runs(runs, targets)})
+        results["entries"].append(
+            {
+                "label": f"rlperf train ({cfg.env.num_envs} boards, batched)",
+                "kind": "rlperf",
+                "n_envs": cfg.env.num_envs,
+                "summary": summarize_runs(runs, targets),
+            }
+        )
         print(f"  {runs[0]['env_steps']:,} env steps, {statistics.median(r['wall_s'] for r in runs):.1f} s", file=sys.stderr)
     for n_envs in sb3_envs:
         print(f"SB3 DQN, make_vec_env n_envs={n_envs}, {steps:,} env steps:", file=sys.stderr, flush=True)
         runs = [run_sb3(cfg, n_envs, steps, args.sb3_flood_fill, seed) for _ in range(args.sb3_repeats)]
         summary = summarize_runs(runs, targets)
-        results["entries"].append({"label": f"SB3 DQN (DummyVecEnv, n_envs={n_envs})", "kind": "sb3", "n_envs": n_envs,
-                                   "settings": runs[0]["settings"], "summary": summary})
-        print(f"  {summary['wall_s']['median']:.1f} s, {summary['env_steps_per_s']['median']:,.0f} env steps/s, "
-              f"final score {summary['final_mean_score_100']['median']:.2f}", file=sys.stderr, flush=True)
+        results["entries"].append(
+            {
+                "label": f"SB3 DQN (DummyVecEnv, n_envs={n_envs})",
+                "kind": "sb3",
+                "n_envs": n_envs,
+                "settings": runs[0]["settings"],
+                "summary": summary,
+            }
+        )
+        print(
+            f"  {summary['wall_s']['median']:.1f} s, {summary['env_steps_per_s']['median']:,.0f} env steps/s, "
+            f"final score {summary['final_mean_score_100']['median']:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     ours = results["entries"][0]["summary"]
     for entry in results["entries"]:
@@ -285,21 +318,29 @@ def main() -> None:
             if not mine["wall_s"]:
                 continue
             if hit["wall_s"]:
-                entry["rlperf_speedup"]["time_to_score"][t] = {"ratio": hit["wall_s"]["median"] / mine["wall_s"]["median"],
-                                                                "bound": "exact"}
+                entry["rlperf_speedup"]["time_to_score"][t] = {
+                    "ratio": hit["wall_s"]["median"] / mine["wall_s"]["median"],
+                    "bound": "exact",
+                }
             else:  # never reached within the budget: the ratio is at least its whole run over rlperf's crossing
-                entry["rlperf_speedup"]["time_to_score"][t] = {"ratio": s["wall_s"]["median"] / mine["wall_s"]["median"],
-                                                                "bound": "at least"}
+                entry["rlperf_speedup"]["time_to_score"][t] = {
+                    "ratio": s["wall_s"]["median"] / mine["wall_s"]["median"],
+                    "bound": "at least",
+                }
     if args.plot:
         plot(results, args.plot)
     if emit(results, args.out, args.json):
         return
 
     m = results["machine"]
-    print(f"\nSnake {cfg.env.size}x{cfg.env.size}, obs {cfg.env.obs} + flood fill, {steps:,} env steps per run | "
-          f"{machine_line(m, threads)}")
-    header = f"{'':38} {'wall s':>8} {'updates s':>9} {'other s':>8} {'env steps/s':>12} {'updates':>8} {'score':>6}" + "".join(
-        f" {'t→' + format(t, 'g'):>12}" for t in targets)
+    print(
+        f"\nSnake {cfg.env.size}x{cfg.env.size}, obs {cfg.env.obs} + flood fill, {steps:,} env steps per run | "
+        f"{machine_line(m, threads)}"
+    )
+    header = (
+        f"{'':38} {'wall s':>8} {'updates s':>9} {'other s':>8} {'env steps/s':>12} {'updates':>8} {'score':>6}"
+        + "".join(f" {'t→' + format(t, 'g'):>12}" for t in targets)
+    )
     print_header(header)
     for entry in results["entries"]:
         s = entry["summary"]
@@ -307,16 +348,23 @@ def main() -> None:
         for t in targets:
             hit = s["time_to_score"][str(t)]
             cells.append(f"{hit['wall_s']['median']:>11.1f}s" if hit["wall_s"] else f"{'not reached':>12}")
-        print(f"{entry['label']:38} {s['wall_s']['median']:>8.1f} {s['update_s']['median']:>9.1f} {s['other_s']['median']:>8.1f} "
-              f"{s['env_steps_per_s']['median']:>12,.0f} "
-              f"{s['updates']:>8,} {s['final_mean_score_100']['median']:>6.2f}" + "".join(f" {c}" for c in cells))
+        print(
+            f"{entry['label']:38} {s['wall_s']['median']:>8.1f} {s['update_s']['median']:>9.1f} "
+            f"{s['other_s']['median']:>8.1f} "
+            f"{s['env_steps_per_s']['median']:>12,.0f} "
+            f"{s['updates']:>8,} {s['final_mean_score_100']['median']:>6.2f}" + "".join(f" {c}" for c in cells)
+        )
     for entry in results["entries"][1:]:
         sp = entry["rlperf_speedup"]
-        parts = [f"{'≥' if v['bound'] == 'at least' else ''}{v['ratio']:.1f}× to score {float(t):g}"
-                 for t, v in sp["time_to_score"].items()]
-        print(f"rlperf vs {entry['label']}: {sp['wall']:.1f}× wall ({sp['update_s']:.1f}× in updates, {sp['other_s']:.0f}× in the rest), "
-              f"{sp['env_steps_per_s']:.1f}× env steps/s; "
-              + ", ".join(parts))
+        parts = [
+            f"{'≥' if v['bound'] == 'at least' else ''}{v['ratio']:.1f}× to score {float(t):g}"
+            for t, v in sp["time_to_score"].items()
+        ]
+        print(
+            f"rlperf vs {entry['label']}: {sp['wall']:.1f}× wall ({sp['update_s']:.1f}× in updates, "
+            f"{sp['other_s']:.0f}× in the rest), "
+            f"{sp['env_steps_per_s']:.1f}× env steps/s; " + ", ".join(parts)
+        )
 
 
 if __name__ == "__main__":

@@ -204,13 +204,16 @@ def main() -> None:
     print(f"replay buffers on {device} | {machine_line(m)}")
     print(f"capacity {args.capacity:,}, {args.n} transitions per push, batch {args.batch}, obs ({args.obs_dim},) float32; "
           f"µs per call, median of {args.repeats}")
-    header = f"{'buffer':<42} {'push µs':>9} {'':>5} {'sample µs':>10} {'':>5} {'rlperf is ×faster (push / sample / both)':>42}"
+    header = (f"{'buffer':<42} {'push µs':>9} {'':>5} {'sample µs':>10} {'':>5} "
+              f"{'rlperf is ×faster (push / sample / both)':>42}")
     print_header(header)
     for row in results["libraries"]:
         s = row["rlperf_speedup"]
-        print(f"{row['label']:<42} {row['push_us']['median']:>9.1f} {spread(row['push_us']):>5} "
-              f"{row['sample_us']['median']:>10.1f} {spread(row['sample_us']):>5} "
-              f"{s['push']:>14.1f}× {s['sample']:>7.1f}× {s['push_plus_sample']:>7.1f}×")
+        print(
+            f"{row['label']:<42} {row['push_us']['median']:>9.1f} {spread(row['push_us']):>5} "
+            f"{row['sample_us']['median']:>10.1f} {spread(row['sample_us']):>5} "
+            f"{s['push']:>14.1f}× {s['sample']:>7.1f}× {s['push_plus_sample']:>7.1f}×"
+        )
     for key in results["missing"]:
         print(f"{LIBRARIES[key][0]}: not installed")
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from benchutil import emit, print_header, figure, machine_info, machine_line, save_figure, summarize
+import itertools
 
 
 def rss_mib(pid: int) -> float | None:
@@ -73,7 +74,7 @@ def run(config: str, episodes: int, threads: int, out: Path, sample_every: float
 def windows(rows: list[dict]) -> list[dict]:
     """Cost per env step and per episode between consecutive metrics.csv rows."""
     out = []
-    for a, b in zip(rows, rows[1:]):
+    for a, b in itertools.pairwise(rows):
         steps = int(b["env_steps"]) - int(a["env_steps"])
         episodes = int(b["episodes"]) - int(a["episodes"])
         wall = float(b["wall_s"]) - float(a["wall_s"])
@@ -133,9 +134,13 @@ def main() -> None:
                 entry[key] = summarize(r[key] for r in runs)
             entry["example"] = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]  # the median run, for plots
             results["runs"].append(entry)
-            print(f"  {episodes:>5} episodes: {entry['wall_s']['median']:.1f} s, {1e3 * entry['s_per_episode']['median']:.2f} ms/episode, "
-                  f"{entry['us_per_env_step']['median']:.1f} µs/env step, peak RSS {entry['peak_rss_mib']['median']:.0f} MiB",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {episodes:>5} episodes: {entry['wall_s']['median']:.1f} s, "
+                f"{1e3 * entry['s_per_episode']['median']:.2f} ms/episode, "
+                f"{entry['us_per_env_step']['median']:.1f} µs/env step, peak RSS {entry['peak_rss_mib']['median']:.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
     first, last = results["runs"][0], results["runs"][-1]
     results["ratios"] = {
         "episodes": last["episodes_asked"] / first["episodes_asked"],
@@ -159,21 +164,35 @@ def main() -> None:
     if emit(results, args.out, args.json):
         return
     m = results["machine"]
-    print(f"\nrlperf train --config {args.config} --episodes E | {machine_line(m, args.threads or 'default')} | "
-          f"median of {args.repeats} (± half range)")
-    header = f"{'episodes':>8} {'env steps':>10} {'wall s':>8} {'ms/episode':>11} {'µs/env step':>12} {'peak RSS MiB':>13} {'score':>6}"
+    print(
+        f"\nrlperf train --config {args.config} --episodes E | {machine_line(m, args.threads or 'default')} | "
+        f"median of {args.repeats} (± half range)"
+    )
+    header = (f"{'episodes':>8} {'env steps':>10} {'wall s':>8} {'ms/episode':>11} {'µs/env step':>12} "
+              f"{'peak RSS MiB':>13} {'score':>6}")
     print_header(header)
     for r in results["runs"]:
+
         def pm(s, scale=1.0, fmt=".1f"):
             return f"{s['median'] * scale:{fmt}}±{(s['max'] - s['min']) * scale / 2:{fmt}}"
-        print(f"{r['episodes_asked']:>8} {r['env_steps']['median']:>10,.0f} {pm(r['wall_s']):>8} {pm(r['s_per_episode'], 1e3, '.2f'):>11} "
-              f"{pm(r['us_per_env_step']):>12} {pm(r['peak_rss_mib'], fmt='.0f'):>13} {r['mean_score_100']['median']:>6.2f}")
+
+        print(
+            f"{r['episodes_asked']:>8} {r['env_steps']['median']:>10,.0f} {pm(r['wall_s']):>8} "
+            f"{pm(r['s_per_episode'], 1e3, '.2f'):>11} "
+            f"{pm(r['us_per_env_step']):>12} {pm(r['peak_rss_mib'], fmt='.0f'):>13} {r['mean_score_100']['median']:>6.2f}"
+        )
     ratio = results["ratios"]
-    print(f"{last['episodes_asked']}/{first['episodes_asked']} episodes: wall {ratio['wall']:.1f}x "
-          f"(linear in episodes {ratio['episodes']:.1f}x), per episode {ratio['per_episode']:.2f}x, per env step {ratio['per_env_step']:.2f}x")
+    print(
+        f"{last['episodes_asked']}/{first['episodes_asked']} episodes: wall {ratio['wall']:.1f}x "
+        f"(linear in episodes {ratio['episodes']:.1f}x), per episode {ratio['per_episode']:.2f}x, "
+        f"per env step {ratio['per_env_step']:.2f}x"
+    )
     if "late_over_early_per_env_step" in ratio:
-        print(f"within the {last['episodes_asked']}-episode run after learning starts: last quarter / first quarter µs per env step "
-              f"= {ratio['late_over_early_per_env_step']:.2f}")
+        print(
+            f"within the {last['episodes_asked']}-episode run after learning starts: "
+            f"last quarter / first quarter µs per env step "
+            f"= {ratio['late_over_early_per_env_step']:.2f}"
+        )
     if "rss_end_over_half" in ratio:
         print(f"resident memory at the end / halfway: {ratio['rss_end_over_half']:.3f}")
 

@@ -77,7 +77,10 @@ def main() -> None:
     entries = args.steps * len(PHASES)
     print(f"device {args.device}, timing mode {mode}; {args.steps} steps x {len(PHASES)} empty phases, "
           f"{args.repeats} repeats")
-    print(f"{'variant':<10} {'ns/phase':>9} {'cost ns':>8} {'min cost':>9} {'cost/step':>10} {'of ' + format(args.step_us, 'g') + ' us':>8}")
+    print(
+        f"{'variant':<10} {'ns/phase':>9} {'cost ns':>8} {'min cost':>9} {'cost/step':>10} "
+        f"{'of ' + format(args.step_us, 'g') + ' us':>8}"
+    )
     base_med = statistics.median(runs["bare loop"]) / entries
     base_min = min(runs["bare loop"]) / entries
     for name, values in runs.items():
@@ -85,8 +88,10 @@ def main() -> None:
         cost = per_entry - base_med
         cost_min = min(values) / entries - base_min
         per_step_us = cost * len(PHASES) / 1e3
-        print(f"{name:<10} {per_entry:>9.1f} {cost:>8.1f} {cost_min:>9.1f} {per_step_us:>8.2f}us "
-              f"{per_step_us / args.step_us:>8.2%}")
+        print(
+            f"{name:<10} {per_entry:>9.1f} {cost:>8.1f} {cost_min:>9.1f} {per_step_us:>8.2f}us "
+            f"{per_step_us / args.step_us:>8.2%}"
+        )
 
     body_s = args.step_us / len(PHASES) / 1e6
     runs, _ = measure(args, args.work_steps, body_s)

@@ -40,7 +40,20 @@ DEVICE = ["--device", "auto"]  # every trial's device; set from --device
 
 
 def run(config: str, overrides: list[str], out: Path, *flags: str) -> dict:
-    cmd = [sys.executable, "-m", "rlperf", "train", "--config", config, "--out", str(out), "--json", "--quiet", *DEVICE, *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlperf",
+        "train",
+        "--config",
+        config,
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+        *DEVICE,
+        *flags,
+    ]
     for item in overrides:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -57,8 +70,13 @@ def knobs(out: Path, steps: int, repeats: int, envs: int, variants: list[tuple[s
     rows = []
     for label, overrides in variants:
         records = [run("fast", overrides, out, "--steps", str(steps), "--envs", str(envs)) for _ in range(repeats)]
-        rows.append({"variant": label, "env_steps_per_s": median(records, ("throughput", "env_steps_per_s")),
-                     "phases": {p: statistics.median(r["phases"][p]["share"] for r in records) for p in records[0]["phases"]}})
+        rows.append(
+            {
+                "variant": label,
+                "env_steps_per_s": median(records, ("throughput", "env_steps_per_s")),
+                "phases": {p: statistics.median(r["phases"][p]["share"] for r in records) for p in records[0]["phases"]},
+            }
+        )
         print(f"  {label:28s} {rows[-1]['env_steps_per_s']:>10,.0f} env steps/s", file=sys.stderr, flush=True)
     base = rows[0]["env_steps_per_s"]
     for row in rows:
@@ -74,10 +92,19 @@ def naive_vs_fast(out: Path, steps: int, repeats: int, envs: int) -> list[dict]:
             flags = ["--steps", str(steps), "--envs", str(envs)] + (["--train-ratio", ratio] if ratio else [])
             records = [run(config, [], out, *flags) for _ in range(repeats)]
             result[config] = median(records, ("throughput", "env_steps_per_s"))
-        rows.append({"comparison": label, "naive_env_steps_per_s": result["naive"], "fast_env_steps_per_s": result["fast"],
-                     "speedup": result["fast"] / result["naive"]})
-        print(f"  {label:36s} naive {result['naive']:>9,.0f}  fast {result['fast']:>9,.0f}  {rows[-1]['speedup']:.1f}x",
-              file=sys.stderr, flush=True)
+        rows.append(
+            {
+                "comparison": label,
+                "naive_env_steps_per_s": result["naive"],
+                "fast_env_steps_per_s": result["fast"],
+                "speedup": result["fast"] / result["naive"],
+            }
+        )
+        print(
+            f"  {label:36s} naive {result['naive']:>9,.0f}  fast {result['fast']:>9,.0f}  {rows[-1]['speedup']:.1f}x",
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
@@ -85,22 +112,39 @@ def scaling(out: Path, small: int, large: int, envs: int, steps: int) -> dict:
     """Episodes 1024 vs 5000 (the seed's measurement) and, since a learning agent's episodes grow
     longer, equal work in env steps (S vs 5S): the cost per env step must stay flat."""
     result: dict = {}
-    for label, flag, amount in (("episodes", "--episodes", small), ("episodes", "--episodes", large),
-                                ("env_steps", "--steps", steps), ("env_steps", "--steps", 5 * steps)):
+    for label, flag, amount in (
+        ("episodes", "--episodes", small),
+        ("episodes", "--episodes", large),
+        ("env_steps", "--steps", steps),
+        ("env_steps", "--steps", 5 * steps),
+    ):
         record = run("default", [], out, flag, str(amount), "--envs", str(envs))
         key = f"{amount}_{label}"
-        result[key] = {"wall_s": record["totals"]["wall_s"], "env_steps": record["totals"]["env_steps"],
-                       "episodes": record["totals"]["episodes"], "updates": record["totals"]["updates"],
-                       "us_per_env_step": 1e6 * record["totals"]["wall_s"] / record["totals"]["env_steps"],
-                       "peak_rss_mb": record["memory"]["peak_rss_mb"],
-                       "mean_score_last_100": record["learning"]["mean_score_last_100"]}
-        print(f"  {amount} {label}: {result[key]['wall_s']:.1f} s, {result[key]['us_per_env_step']:.1f} us/env step, "
-              f"RSS {result[key]['peak_rss_mb']:.0f} MiB, score {result[key]['mean_score_last_100']}", file=sys.stderr, flush=True)
+        result[key] = {
+            "wall_s": record["totals"]["wall_s"],
+            "env_steps": record["totals"]["env_steps"],
+            "episodes": record["totals"]["episodes"],
+            "updates": record["totals"]["updates"],
+            "us_per_env_step": 1e6 * record["totals"]["wall_s"] / record["totals"]["env_steps"],
+            "peak_rss_mb": record["memory"]["peak_rss_mb"],
+            "mean_score_last_100": record["learning"]["mean_score_last_100"],
+        }
+        print(
+            f"  {amount} {label}: {result[key]['wall_s']:.1f} s, {result[key]['us_per_env_step']:.1f} us/env step, "
+            f"RSS {result[key]['peak_rss_mb']:.0f} MiB, score {result[key]['mean_score_last_100']}",
+            file=sys.stderr,
+            flush=True,
+        )
     a, b = result[f"{small}_episodes"], result[f"{large}_episodes"]
     c, d = result[f"{steps}_env_steps"], result[f"{5 * steps}_env_steps"]
-    return {"runs": result, "episode_time_ratio": b["wall_s"] / a["wall_s"], "episode_linear_ratio": large / small,
-            "step_time_ratio": d["wall_s"] / c["wall_s"], "step_linear_ratio": 5.0,
-            "step_ratio_over_linear": (d["wall_s"] / c["wall_s"]) / 5.0}
+    return {
+        "runs": result,
+        "episode_time_ratio": b["wall_s"] / a["wall_s"],
+        "episode_linear_ratio": large / small,
+        "step_time_ratio": d["wall_s"] / c["wall_s"],
+        "step_linear_ratio": 5.0,
+        "step_ratio_over_linear": (d["wall_s"] / c["wall_s"]) / 5.0,
+    }
 
 
 def main() -> None:
@@ -117,7 +161,13 @@ def main() -> None:
     DEVICE[1] = args.device
     if args.quick:
         args.steps, args.envs, args.repeats, small, large, scale_steps = 2048, 32, 1, 20, 40, 2048
-    results: dict = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "steps": args.steps, "envs": args.envs, "repeats": args.repeats}
+    results: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": args.device,
+        "steps": args.steps,
+        "envs": args.envs,
+        "repeats": args.repeats,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if args.part in ("all", "knobs"):
@@ -140,8 +190,13 @@ def main() -> None:
         print(f"naive vs fast {row['comparison']}: {row['speedup']:.1f}x")
     if "scaling" in results:
         s = results["scaling"]
-        print(f"t({large} episodes)/t({small} episodes) = {s['episode_time_ratio']:.2f} (linear {s['episode_linear_ratio']:.2f})")
-        print(f"t(5S env steps)/t(S env steps) = {s['step_time_ratio']:.2f} (linear 5; {s['step_ratio_over_linear']:.2f}x linear)")
+        print(
+            f"t({large} episodes)/t({small} episodes) = {s['episode_time_ratio']:.2f} (linear {s['episode_linear_ratio']:.2f})"
+        )
+        print(
+            f"t(5S env steps)/t(S env steps) = {s['step_time_ratio']:.2f} "
+            f"(linear 5; {s['step_ratio_over_linear']:.2f}x linear)"
+        )
 
 
 if __name__ == "__main__":

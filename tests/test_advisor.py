@@ -29,7 +29,13 @@ def record(config: str = "naive", sets: tuple[str, ...] = (), device: str = "cpu
     return {
         "config": config_to_dict(cfg),
         "phases": phases(**(seconds or {"select": 1.0, "step": 10.0, "push": 3.0, "train": 40.0, "log": 1.0})),
-        "timing": {"mode": "cpu", "warmup_steps": 10, "warmup_s": 1.0, "measured_steps": vector_steps - 10, "measured_wall_s": 55.0},
+        "timing": {
+            "mode": "cpu",
+            "warmup_steps": 10,
+            "warmup_s": 1.0,
+            "measured_steps": vector_steps - 10,
+            "measured_wall_s": 55.0,
+        },
         "totals": {"vector_steps": vector_steps, "updates": 800, "env_steps": 32 * vector_steps},
         "throughput": {"replay_ratio": 64.0, "updates_per_s": 14.5},
         "system": {"device": device, "device_name": "NVIDIA H100" if device == "cuda" else "cpu", "torch_threads": threads},
@@ -45,18 +51,20 @@ def calls(entries: dict[tuple[str, str], tuple[int, float, float]]) -> CallStats
     return CallStats(SimpleNamespace(stats=raw, total_calls=0, prim_calls=0, total_tt=0.0))
 
 
-NAIVE_CALLS = calls({
-    ("buffer.py", "write_one"): (3520, 2.0, 3.0),
-    ("~", "<method 'item' of 'torch._C.TensorBase' objects>"): (10560, 0.5, 0.5),
-    ("dqn.py", "update"): (800, 1.0, 40.0),
-    ("buffer.py", "sample"): (800, 6.0, 12.0),
-    ("env/vector.py", "step"): (110, 0.1, 10.0),
-    ("env/floodfill.py", "reachable_bfs"): (110, 0.1, 9.0),
-    ("env/floodfill.py", "bfs_count"): (10560, 8.5, 8.8),
-    ("dqn.py", "_hard_update"): (800, 0.01, 2.5),
-    ("torch/nn/modules/module.py", "load_state_dict"): (8, 0.1, 2.4),
-    ("run/lifecycle.py", "on_log"): (110, 0.1, 0.9),
-})
+NAIVE_CALLS = calls(
+    {
+        ("buffer.py", "write_one"): (3520, 2.0, 3.0),
+        ("~", "<method 'item' of 'torch._C.TensorBase' objects>"): (10560, 0.5, 0.5),
+        ("dqn.py", "update"): (800, 1.0, 40.0),
+        ("buffer.py", "sample"): (800, 6.0, 12.0),
+        ("env/vector.py", "step"): (110, 0.1, 10.0),
+        ("env/floodfill.py", "reachable_bfs"): (110, 0.1, 9.0),
+        ("env/floodfill.py", "bfs_count"): (10560, 8.5, 8.8),
+        ("dqn.py", "_hard_update"): (800, 0.01, 2.5),
+        ("torch/nn/modules/module.py", "load_state_dict"): (8, 0.1, 2.4),
+        ("run/lifecycle.py", "on_log"): (110, 0.1, 0.9),
+    }
+)
 
 KNOBS_NAIVE = {"buffer.push=batch", "train.train_ratio=4", "env.flood_fill=tensor"}
 
@@ -85,8 +93,13 @@ def test_naive_evidence_names_push_ratio_and_bfs_ranked_by_saving() -> None:
 
 def test_fast_config_names_none_of_the_naive_bottlenecks() -> None:
     fast = record("fast")
-    fast_calls = calls({("dqn.py", "update"): (800, 1.0, 40.0), ("buffer.py", "sample"): (800, 0.5, 1.0),
-                        ("env/vector.py", "step"): (110, 0.1, 10.0)})
+    fast_calls = calls(
+        {
+            ("dqn.py", "update"): (800, 1.0, 40.0),
+            ("buffer.py", "sample"): (800, 0.5, 1.0),
+            ("env/vector.py", "step"): (110, 0.1, 10.0),
+        }
+    )
     found = knobs(advise(fast, fast_calls, {"share_of_loop": 0.001}))
     assert not found & KNOBS_NAIVE
     assert not found & {"buffer.storage=tensor", "agent.target_update=soft", "train.log_every=100", "train.gc=freeze"}
@@ -114,8 +127,13 @@ def test_without_cprofile_rules_say_their_estimate_and_cprofile_only_rules_stay_
 
 
 def test_gc_rule_reads_gc_counts_and_respects_the_knob() -> None:
-    gc = {"share_of_loop": 0.08, "total_s": 4.0, "total_collections": 900, "max_pause_ms": 120.0,
-          "collections": {"gen0": 880, "gen1": 15, "gen2": 5}}
+    gc = {
+        "share_of_loop": 0.08,
+        "total_s": 4.0,
+        "total_collections": 900,
+        "max_pause_ms": 120.0,
+        "collections": {"gen0": 880, "gen1": 15, "gen2": 5},
+    }
     found = advise(record(), None, gc)
     f = next(f for f in found if f.knob.startswith("train.gc="))
     assert f.knob == "train.gc=off"  # a list buffer's tuples are born in the loop: freeze would not cover them
@@ -153,7 +171,9 @@ def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gym_backend_rule() -> None:
     gym = record("default", ("env.backend=gym-sync",), select=1.0, step=30.0, push=1.0, train=10.0, log=0.2)
-    f = next(f for f in advise(gym, calls({("env/single.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor")
+    f = next(
+        f for f in advise(gym, calls({("env/single.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor"
+    )
     assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.reference == "docs/bottlenecks.md §5"
 
 

@@ -107,11 +107,11 @@ def test_replay_stress_no_torn_or_duplicated_slots(mode: str) -> None:
                 assert sorted(held) == list(range(total - capacity, total))
         else:
             assert int(a["widx"][0]) == writers * total
-            pairs = set(zip(writer.tolist(), seq.tolist()))
+            pairs = set(zip(writer.tolist(), seq.tolist(), strict=True))
             assert len(pairs) == capacity  # no transition stored twice
             order = (int(a["widx"][0]) + np.arange(capacity)) % capacity  # oldest slot first
             for w in range(writers):  # each writer's transitions appear in the order written
-                mine = [s for s, ww in zip(seq[order], writer[order]) if ww == w]
+                mine = [s for s, ww in zip(seq[order], writer[order], strict=True) if ww == w]
                 assert mine == sorted(mine)
         assert checked > 1000
         print(f"{mode}: {checked} sampled transitions checked, {reader.stats.redrawn} lapped slots redrawn")

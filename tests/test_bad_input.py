@@ -50,7 +50,11 @@ TRAIN_CASES = [
     Case("episodes-negative", ("--episodes", "-1"), ("train.episodes",)),
     Case("steps-negative", ("--steps", "-100"), ("train.steps",)),
     Case("train-ratio-negative", ("--train-ratio", "-0.5"), ("train.train_ratio",)),
-    Case("buffer-smaller-than-batch", ("--set", "buffer.capacity=16", "--set", "buffer.batch_size=32"), ("buffer.capacity", "buffer.batch_size")),
+    Case(
+        "buffer-smaller-than-batch",
+        ("--set", "buffer.capacity=16", "--set", "buffer.batch_size=32"),
+        ("buffer.capacity", "buffer.batch_size"),
+    ),
     Case("board-too-small", ("--set", "env.size=3"), ("env.size",)),
     Case("snake-longer-than-board", ("--set", "env.initial_length=9"), ("env.initial_length", "env.size")),
     Case("lr-zero", ("--set", "agent.lr=0"), ("agent.lr",)),
@@ -68,11 +72,19 @@ TRAIN_CASES = [
     # config files
     Case("config-missing", ("-c", "{dir}/nope.toml"), ("nope.toml",)),
     Case("config-malformed", ("-c", "{dir}/bad.toml"), ("bad.toml", "malformed"), {"bad.toml": "[train\nsteps = "}),
-    Case("config-unknown-key", ("-c", "{dir}/typo.toml"), ("typo.toml", "train.stesp", "did you mean"),
-         {"typo.toml": "[train]\nsteps = 100\nstesp = 5\n"}),
+    Case(
+        "config-unknown-key",
+        ("-c", "{dir}/typo.toml"),
+        ("typo.toml", "train.stesp", "did you mean"),
+        {"typo.toml": "[train]\nsteps = 100\nstesp = 5\n"},
+    ),
     Case("config-unknown-section", ("-c", "{dir}/sec.toml"), ("sec.toml", "trian"), {"sec.toml": "[trian]\nsteps = 100\n"}),
-    Case("config-wrong-type", ("-c", "{dir}/type.toml"), ("type.toml", "env.num_envs"),
-         {"type.toml": '[train]\nsteps = 100\n[env]\nnum_envs = "256"\n'}),
+    Case(
+        "config-wrong-type",
+        ("-c", "{dir}/type.toml"),
+        ("type.toml", "env.num_envs"),
+        {"type.toml": '[train]\nsteps = 100\n[env]\nnum_envs = "256"\n'},
+    ),
     Case("config-is-a-directory", ("-c", "{dir}"), ("config path",)),
     Case("config-not-utf8", ("-c", "{dir}/latin1.toml"), ("latin1.toml",), {"latin1.toml": "# caf\udce9\n"}),
     # option parsing (click) errors, also one line
@@ -170,7 +182,12 @@ RESUME_CASES = [
     # (id, how to damage a copy of a finished run, extra args, names in the line)
     ("not-a-run-directory", lambda d: [p.unlink() for p in d.iterdir()], (), ("not a run directory",)),
     ("no-checkpoint", lambda d: (d / "checkpoint.pt").unlink(), (), ("checkpoint.pt",)),
-    ("corrupt-checkpoint", lambda d: (d / "checkpoint.pt").write_bytes(b"not a checkpoint"), (), ("checkpoint.pt", "cannot read")),
+    (
+        "corrupt-checkpoint",
+        lambda d: (d / "checkpoint.pt").write_bytes(b"not a checkpoint"),
+        (),
+        ("checkpoint.pt", "cannot read"),
+    ),
     ("newer-checkpoint-schema", _newer_checkpoint, (), ("checkpoint.pt", "schema 2")),
     ("newer-record-schema", _newer_record, (), ("run.json", "schema 2")),
     ("checkpoint-from-another-config", _other_board_checkpoint, (), ("env.size=8", "incompatible")),
@@ -220,8 +237,13 @@ def test_bad_input_end_to_end_in_subprocesses(tmp_path: Path) -> None:
     }
     env = {k: v for k, v in os.environ.items() if k != "RLPERF_DEBUG"}
     procs = {
-        name: subprocess.Popen([sys.executable, "-m", "rlperf", "train", *args, "--out", str(tmp_path / name)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        name: subprocess.Popen(
+            [sys.executable, "-m", "rlperf", "train", *args, "--out", str(tmp_path / name)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for name, (args, _) in cases.items()
     }
     for name, proc in procs.items():

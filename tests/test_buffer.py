@@ -219,8 +219,8 @@ def test_same_seed_same_samples(storage: str) -> None:
         return [ids_of(buf.sample(16).obs) for _ in range(5)]
 
     a, b, c = run(7), run(7), run(8)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c, strict=True))
 
 
 def test_list_and_numpy_draw_the_same_samples() -> None:
@@ -231,7 +231,7 @@ def test_list_and_numpy_draw_the_same_samples() -> None:
         buf.push(*transitions(0, 90))
     for _ in range(5):
         x, y = (buf.sample(32) for buf in bufs)
-        for a, b in zip(x, y):
+        for a, b in zip(x, y, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -259,7 +259,7 @@ def test_state_dict_round_trip_continues_identically(storage: str, device: str) 
         assert len(restored) == len(orig)
         assert_same_contents(contents(orig), contents(restored))
         for step in range(4):
-            for a, b in zip(orig.sample(16), restored.sample(16)):
+            for a, b in zip(orig.sample(16), restored.sample(16), strict=True):
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
             # The cursor came back too: further pushes land in the same slots.
             more = transitions(first + 13 * step, 13, device)
@@ -345,7 +345,7 @@ def test_huge_capacity_fails_fast(storage: str) -> None:
 
 @pytest.mark.parametrize("capacity", [0, -5])
 def test_capacity_must_be_positive(capacity: int) -> None:
-    with pytest.raises(ConfigError, match="buffer.capacity"):
+    with pytest.raises(ConfigError, match=r"buffer\.capacity"):
         ReplayBuffer(capacity, OBS_SHAPE, "cpu")
 
 

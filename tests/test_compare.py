@@ -43,9 +43,14 @@ def record(env_rate: float = 1000.0, s_per_1000: float = 10.0, score: float = 1.
            rss: float = 500.0, **system: object) -> dict:
     """A synthetic run record with the sections compare reads."""
     return {
-        "schema": 1, "status": "completed", "name": "synthetic",
+        "schema": 1,
+        "status": "completed",
+        "name": "synthetic",
         "system": {**SYSTEM, **system},
-        "phases": {"select": {"total_s": 1.0, "share": 1 / (1 + train_s)}, "train": {"total_s": train_s, "share": train_s / (1 + train_s)}},
+        "phases": {
+            "select": {"total_s": 1.0, "share": 1 / (1 + train_s)},
+            "train": {"total_s": train_s, "share": train_s / (1 + train_s)},
+        },
         "throughput": {"env_steps_per_s": env_rate, "updates_per_s": env_rate / 10, "s_per_1000_episodes": s_per_1000},
         "learning": {"mean_score_last_100": score},
         "memory": {"peak_rss_mb": rss, "peak_cuda_mb": None},
@@ -78,9 +83,22 @@ def test_ratio_column_against_the_first_run() -> None:
     a = Side("naive", "a", [record(env_rate=1000, s_per_1000=10.0, score=1.0, train_s=4.0, rss=500)])
     b = Side("fast", "b", [record(env_rate=12_500, s_per_1000=0.8, score=1.5, train_s=0.5, rss=400)])
     c = compare([a, b])
-    assert [r["metric"] for r in c["rows"]] == ["phase.select", "phase.train", "env_steps_per_s", "updates_per_s",
-                                                "s_per_1000_episodes", "mean_score", "peak_rss_mb"]  # no CUDA row without data
-    assert row(c, "env_steps_per_s")["ratios"][0] == {"vs": "fast", "kind": "speedup", "value": 12.5, "spread": None, "inside_noise": None}
+    assert [r["metric"] for r in c["rows"]] == [
+        "phase.select",
+        "phase.train",
+        "env_steps_per_s",
+        "updates_per_s",
+        "s_per_1000_episodes",
+        "mean_score",
+        "peak_rss_mb",
+    ]  # no CUDA row without data
+    assert row(c, "env_steps_per_s")["ratios"][0] == {
+        "vs": "fast",
+        "kind": "speedup",
+        "value": 12.5,
+        "spread": None,
+        "inside_noise": None,
+    }
     assert row(c, "s_per_1000_episodes")["ratios"][0]["value"] == pytest.approx(12.5)  # lower is better: a speed-up too
     assert row(c, "phase.train")["ratios"][0]["value"] == 8.0
     assert row(c, "mean_score")["ratios"][0]["value"] == 0.5  # a difference
@@ -176,14 +194,19 @@ def test_configs_are_run_and_compared(configs: tuple[Path, Path], tmp_path: Path
     assert [r["config"]["train"]["train_ratio"] for r in records] == [2.0, 0.5]
     rate = row(c, "env_steps_per_s")
     assert rate["cells"][0]["median"] == records[0]["throughput"]["env_steps_per_s"]
-    assert rate["ratios"][0]["value"] == records[1]["throughput"]["env_steps_per_s"] / records[0]["throughput"]["env_steps_per_s"]
+    assert (
+        rate["ratios"][0]["value"] == records[1]["throughput"]["env_steps_per_s"] / records[0]["throughput"]["env_steps_per_s"]
+    )
 
 
-def test_run_dirs_and_run_json_with_a_config(configs: tuple[Path, Path], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_dirs_and_run_json_with_a_config(
+    configs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     slow, fast = configs
-    code, out, _ = run_cli(["compare", str(slow), "--vs", "train.train_ratio=1", "--repeats", "2",
-                            "--out", str(tmp_path / "runs"), "--json"], capsys)
+    code, out, _ = run_cli(
+        ["compare", str(slow), "--vs", "train.train_ratio=1", "--repeats", "2", "--out", str(tmp_path / "runs"), "--json"],
+        capsys,
+    )
     assert code == 0
     c = json.loads(out)
     assert [r["label"] for r in c["runs"]] == ["slow", "train.train_ratio=1"] and [r["n"] for r in c["runs"]] == [2, 2]
@@ -193,8 +216,17 @@ def test_run_dirs_and_run_json_with_a_config(configs: tuple[Path, Path], tmp_pat
     run_dir = Path(c["runs"][0]["run_dirs"][0])
 
     # A run directory, a run.json and a config (run now) side by side, as a table.
-    code, out, err = run_cli(["compare", str(run_dir), str(Path(c["runs"][1]["run_dirs"][0]) / "run.json"), str(fast),
-                              "--out", str(tmp_path / "runs")], capsys)
+    code, out, err = run_cli(
+        [
+            "compare",
+            str(run_dir),
+            str(Path(c["runs"][1]["run_dirs"][0]) / "run.json"),
+            str(fast),
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+        capsys,
+    )
     assert code == 0, err
     header = next(line for line in out.splitlines() if "metric" in line)
     assert "train.train_ratio=1 vs slow" in header and "quick vs slow" in header
@@ -212,8 +244,9 @@ def test_run_dirs_and_run_json_with_a_config(configs: tuple[Path, Path], tmp_pat
         (["compare", "{config}", "--vs", "train.train_ratioo=2"], "unknown config key 'train.train_ratioo'"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, configs: tuple[Path, Path], tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line_exit_2(
+    argv: list[str], message: str, configs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     run = tmp_path / "a-run"
@@ -228,8 +261,10 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], message: str, configs: tu
 
 
 def test_json_has_the_samples_and_parses() -> None:
-    sides = [Side("a", "a", [record(env_rate=r) for r in (1.0e3, 1.1e3, 1.2e3)]),
-             Side("b", "b", [record(env_rate=r) for r in (2.0e3, 2.2e3, 2.1e3)])]
+    sides = [
+        Side("a", "a", [record(env_rate=r) for r in (1.0e3, 1.1e3, 1.2e3)]),
+        Side("b", "b", [record(env_rate=r) for r in (2.0e3, 2.2e3, 2.1e3)]),
+    ]
     c = json.loads(json.dumps(compare(sides)))
     cell = row(c, "env_steps_per_s")["cells"][1]
     assert cell["samples"] == [2000.0, 2200.0, 2100.0] and cell["median"] == 2100.0

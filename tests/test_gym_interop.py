@@ -63,7 +63,7 @@ def test_make_vec_uses_the_native_vector_env():
     assert env.action_space == gymnasium.spaces.MultiDiscrete(np.full(32, 3))
     obs, _ = env.reset(seed=0)
     assert obs.shape == (32, 14) and obs.dtype == torch.float32
-    obs, rewards, terminated, truncated, infos = env.step(torch.zeros(32, dtype=torch.long))
+    obs, rewards, terminated, truncated, _infos = env.step(torch.zeros(32, dtype=torch.long))
     assert obs.shape == (32, 14) and rewards.shape == terminated.shape == truncated.shape == (32,)
     assert env.observation_space.contains(obs.numpy())
     env.close()
@@ -142,7 +142,7 @@ def test_gym_sync_features_match_vector_snake_shapes():
     assert a.shape == b.shape == (8, 11) and a.dtype == b.dtype
     actions = torch.zeros(8, dtype=torch.long)
     out_a, out_b = native.step(actions), gym_sync.step(actions)
-    for x, y in zip(out_a[:4], out_b[:4]):
+    for x, y in zip(out_a[:4], out_b[:4], strict=True):
         assert x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
     assert out_a[4].keys() == out_b[4].keys()
     assert out_a[4]["episode"].keys() == out_b[4]["episode"].keys()
@@ -158,7 +158,7 @@ def test_same_step_autoreset_native():
     single.set_state(**DOOMED)
     last_obs, *_ = single.step(STRAIGHT)
 
-    obs, rewards, terminated, truncated, infos = env.step(torch.zeros(3, dtype=torch.long))
+    obs, rewards, terminated, _truncated, infos = env.step(torch.zeros(3, dtype=torch.long))
     assert bool(terminated[1]) and float(rewards[1]) == -1.0 and bool(infos["_final_obs"][1])
     # final_obs holds the last observation of the ended episode ...
     assert np.array_equal(infos["final_obs"][1].numpy(), last_obs)

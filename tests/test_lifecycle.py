@@ -163,7 +163,8 @@ def terminated_and_killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
                 procs[name].send_signal(signum)
                 pending.discard(name)
             elif procs[name].poll() is not None:
-                raise AssertionError(f"{name}: ended (rc {procs[name].returncode}) before its signal: {procs[name].stderr.read()}")
+                raise AssertionError(
+                    f"{name}: ended (rc {procs[name].returncode}) before its signal: {procs[name].stderr.read()}")
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.003)
     results = {}
@@ -181,8 +182,9 @@ def test_sigterm_stops_with_a_checkpoint_and_exit_143(terminated_and_killed: dic
     assert load_checkpoint(run_dir)["progress"]["env_steps"] == record["totals"]["env_steps"]
 
 
-def test_sigkill_run_resumes_from_its_last_periodic_checkpoint(terminated_and_killed: dict[str, tuple[int, str, Path]],
-                                                              baseline: Path) -> None:
+def test_sigkill_run_resumes_from_its_last_periodic_checkpoint(
+    terminated_and_killed: dict[str, tuple[int, str, Path]], baseline: Path
+) -> None:
     """A killed run (OOM killer, power loss) keeps its first periodic checkpoint (at the first log
     boundary); a resume drops the metrics rows written after it and reproduces the baseline."""
     code, _, run_dir = terminated_and_killed["kill"]
@@ -240,8 +242,24 @@ def test_a_signal_before_the_run_starts_writes_nothing(tmp_path: Path, monkeypat
 
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
-    code = cli_main(["train", "-c", "smoke", "--out", str(tmp_path), "--quiet", "--set", "agent.lr=1e30",
-                     "--set", "train.log_every=10", "--set", "run.threads=1", "--set", "run.device=cpu"])
+    code = cli_main(
+        [
+            "train",
+            "-c",
+            "smoke",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--set",
+            "agent.lr=1e30",
+            "--set",
+            "train.log_every=10",
+            "--set",
+            "run.threads=1",
+            "--set",
+            "run.device=cpu",
+        ]
+    )
     assert code == 1
     run_dir = only_dir(tmp_path)
     record = read_record(run_dir)

@@ -71,7 +71,9 @@ def test_naive_names_its_bottlenecks_with_evidence_and_consistent_counts(capsys,
         assert f["command"].startswith(f"rlperf compare {ROOT / 'configs' / 'naive.toml'} --vs {f['knob']} --set ")
         assert "--train-ratio 8" in f["command"] and f["reference"].startswith("docs/bottlenecks.md §")
     by_knob = {f["knob"]: f for f in advice}
-    assert "cProfile: the storage's write_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
+    assert (
+        "cProfile: the storage's write_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
+    )
     assert "bfs_count called" in by_knob["env.flood_fill=tensor"]["evidence"]
 
     # cProfile: profile.prof loads with pstats, its counts match the run.
@@ -142,7 +144,9 @@ def test_py_spy_records_a_flamegraph_and_speedscope(capsys, tmp_path) -> None:
 
 def test_py_spy_missing_is_one_line_and_the_run_goes_on(capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs"))
+    code, _out, err = run(
+        capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs")
+    )
     assert code == 0
     lines = [line for line in err.splitlines() if "py-spy" in line]
     assert lines == ["rlperf: py-spy skipped: not found on PATH (pip install py-spy)"]
@@ -156,18 +160,23 @@ def test_py_spy_refused_is_one_line_with_the_fix(capsys, tmp_path, monkeypatch) 
     fake.write_text("#!/bin/sh\necho 'Error: Failed to open process: Operation not permitted (os error 1)' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs"))
+    code, out, err = run(
+        capsys, "--config", "smoke", "--steps", "160", "--no-cprofile", "--py-spy", "--out", str(tmp_path / "runs")
+    )
     assert code == 0
     lines = [line for line in err.splitlines() if "py-spy" in line]
     assert len(lines) == 1 and lines[0].startswith("rlperf: py-spy skipped: refused (Error: Failed to open process")
     assert "SYS_PTRACE" in lines[0] and "phases" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sort", "calls"], "unknown --sort key 'calls'"),
-    (["--top", "0"], "--top must be at least 1"),
-    (["--native"], "--native applies to --py-spy"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sort", "calls"], "unknown --sort key 'calls'"),
+        (["--top", "0"], "--top must be at least 1"),
+        (["--native"], "--native applies to --py-spy"),
+    ],
+)
 def test_bad_options_are_one_line_exit_2(capsys, tmp_path, args, message) -> None:
     code, out, err = run(capsys, "--config", "smoke", "--out", str(tmp_path / "runs"), *args)
     assert code == 2 and out == ""

@@ -49,7 +49,7 @@ def test_ray_sweep_runs_trials_and_records_a_failure(local_ray, tmp_path: Path) 
     assert sorted(i for e, i in events if e == "end") == [0, 1, 2]
     data = json.loads((result.sweep_dir / "sweep.json").read_text())
     assert data["backend"] == "ray" and not data["interrupted"]
-    for t, row in zip((ok1, ok2), data["trials"]):
+    for t, row in zip((ok1, ok2), data["trials"][:2], strict=True):
         run_dir = Path(t.run_dir)
         assert run_dir.parent == result.sweep_dir  # the run directory lives under the sweep directory
         record = read_record(run_dir)

@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import rlperf  # noqa: F401  (registers rlperf/Snake-v0)
 from rlperf.env.single import DELTAS, SnakeEnv, render_board
+import itertools
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 STRAIGHT, TURN_RIGHT, TURN_LEFT = 0, 1, 2
@@ -40,7 +41,7 @@ def _check_invariants(env: SnakeEnv) -> None:
     assert len(set(body)) == len(body)
     for row, col in body:
         assert 0 <= row < env.size and 0 <= col < env.size
-    for (r0, c0), (r1, c1) in zip(body, body[1:]):
+    for (r0, c0), (r1, c1) in itertools.pairwise(body):
         assert abs(r0 - r1) + abs(c0 - c1) == 1
     if state["fruit"] is None:
         assert len(body) == env.size * env.size
@@ -74,7 +75,7 @@ def test_make_passes_kwargs_through():
     assert obs.shape == (3, 6, 6) and obs.dtype == np.float32
     assert env.observation_space.contains(obs)
     assert info == {"score": 0, "snake_length": 3, "steps": 0}
-    obs, reward, terminated, truncated, info = env.step(0)
+    obs, _reward, _terminated, _truncated, info = env.step(0)
     assert obs.shape == (3, 6, 6) and info["steps"] == 1
     env.close()
 
@@ -279,7 +280,7 @@ def test_last_free_cell_needs_no_respawn_before_win():
 )
 def test_relative_actions(heading, expected):
     env = _env(size=7)
-    for action, direction in zip((STRAIGHT, TURN_RIGHT, TURN_LEFT), expected):
+    for action, direction in zip((STRAIGHT, TURN_RIGHT, TURN_LEFT), expected, strict=True):
         env.set_state([(3, 3)], heading, fruit=(0, 0))
         env.step(action)
         state = env.get_state()
@@ -303,7 +304,7 @@ def test_features_on_a_board_with_a_closed_pocket():
     obs = env.observe()
     free = 36 - (len(POCKET_BODY) - 1)  # the tail leaves on a non-eating move
     # Straight enters the tail's cell (legal); right is open; left is the one-cell pocket.
-    expected = [0, 0, 0] + [1, 0, 0, 0] + [1, 0, 0, 1] + [(free - 1) / free, (free - 1) / free, 1 / free]
+    expected = [0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, (free - 1) / free, (free - 1) / free, 1 / free]
     np.testing.assert_allclose(obs, np.array(expected, dtype=np.float32))
 
 

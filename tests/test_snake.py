@@ -16,6 +16,7 @@ import torch
 from rlperf.errors import DeviceError
 from rlperf.env.single import SnakeEnv, render_board
 from rlperf.env.vector import VectorSnake
+import itertools
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 STRAIGHT, TURN_RIGHT, TURN_LEFT = 0, 1, 2
@@ -82,7 +83,7 @@ def check_board(state: dict, size: int, initial_length: int) -> None:
     assert len(body) == initial_length + state["score"]
     assert len(set(body)) == len(body)
     assert all(0 <= r < size and 0 <= c < size for r, c in body)
-    assert all(abs(r0 - r1) + abs(c0 - c1) == 1 for (r0, c0), (r1, c1) in zip(body, body[1:]))
+    assert all(abs(r0 - r1) + abs(c0 - c1) == 1 for (r0, c0), (r1, c1) in itertools.pairwise(body))
     if len(body) > 1:  # the head moved away from the neck in the heading's direction
         assert (body[0][0] - body[1][0], body[0][1] - body[1][1]) == DELTAS[state["direction"]]
     if state["fruit"] is None:
@@ -328,7 +329,7 @@ def test_features_on_hand_built_boards(dense):
         env.set_board(i, body, heading, fruit)
     obs = np_(env.observations)
     assert obs.shape == (len(boards), 11) and obs.dtype == np.float32
-    for i, ((body, heading, fruit), danger, one_hot, flags) in enumerate(boards):
+    for i, (_position, danger, one_hot, flags) in enumerate(boards):
         assert obs[i].tolist() == [*danger, *one_hot, *flags], i
         assert np.array_equal(obs[i], observe_state(single, env.get_board(i)))
 
@@ -451,16 +452,16 @@ def test_same_seed_same_trajectory_and_different_seeds_differ(dense):
     actions = torch.randint(0, 3, (40, 16), generator=torch.Generator().manual_seed(0))
     a = rollout(make_env(16, dense=dense, seed=3), actions)
     b = rollout(make_env(16, dense=dense, seed=3), actions)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     c = rollout(make_env(16, dense=dense, seed=4), actions)
     assert not torch.equal(a[0], c[0])
-    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c, strict=True))
     # Re-seeding a used env restarts the same trajectory.
     env = make_env(16, dense=dense, seed=9)
     rollout(env, actions[:10])
     env.reset(seed=3)
     again = rollout(env, actions)
-    assert all(torch.equal(x, y) for x, y in zip(a, again))
+    assert all(torch.equal(x, y) for x, y in zip(a, again, strict=True))
 
 
 # ---------------------------------------------------------------- the single-board twin
@@ -575,7 +576,7 @@ def test_state_dict_round_trip(dense):
     assert torch.equal(fresh.observations, saved_obs)
     replay = rollout(fresh, actions)
     assert len(replay) == len(expected)
-    assert all(torch.equal(x, y) for x, y in zip(expected, replay))
+    assert all(torch.equal(x, y) for x, y in zip(expected, replay, strict=True))
     assert any(t.any() for t in expected[3::5])  # episodes ended (resets drew from the generator)
 
     with pytest.raises(ValueError, match="env state"):

@@ -95,7 +95,9 @@ def test_grid_2x2_with_repeats(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_invalid_grid_point_fails_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # batch_size 8000 exceeds smoke's buffer.capacity (5000): only that grid point is invalid.
-    code, out, err = run_cli(["sweep", *TINY, "--param", "buffer.batch_size=16,8000", "--out", str(tmp_path), "--json"], capsys)
+    code, out, err = run_cli(
+        ["sweep", *TINY, "--param", "buffer.batch_size=16,8000", "--out", str(tmp_path), "--json"], capsys
+    )
     assert code == 1
     data = json.loads(out)  # --json: stdout is one JSON document
     ok, bad = data["trials"]
@@ -115,20 +117,29 @@ def test_injected_failure_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monk
 
     monkeypatch.setattr(rlperf.run.lifecycle, "train_run", flaky)
     events = []
-    result = run_sweep(tiny_config(), [Axis("buffer.push", ("loop", "batch"))], out=tmp_path,
-                       on_trial=lambda event, t: events.append((event, t.name, t.status)))
+    result = run_sweep(
+        tiny_config(),
+        [Axis("buffer.push", ("loop", "batch"))],
+        out=tmp_path,
+        on_trial=lambda event, t: events.append((event, t.name, t.status)),
+    )
     bad, ok = result.trials
     assert (bad.status, bad.error) == ("failed", "RuntimeError: injected failure")
     assert ok.status == "completed" and read_record(ok.run_dir)["config"]["buffer"]["push"] == "batch"
-    assert events == [("start", "trial000", "pending"), ("end", "trial000", "failed"),
-                      ("start", "trial001", "pending"), ("end", "trial001", "completed")]
+    assert events == [
+        ("start", "trial000", "pending"),
+        ("end", "trial000", "failed"),
+        ("start", "trial001", "pending"),
+        ("end", "trial001", "completed"),
+    ]
     data = json.loads((result.sweep_dir / "sweep.json").read_text())
     assert [t["status"] for t in data["trials"]] == ["failed", "completed"]
     assert (result.sweep_dir / "sweep.png").is_file()  # categorical x axis
 
 
-def test_ctrl_c_keeps_finished_trials_and_the_partial_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_keeps_finished_trials_and_the_partial_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     real = rlperf.run.lifecycle.train_run
     calls = []
 
@@ -169,18 +180,22 @@ def test_split_values_keeps_lists_whole() -> None:
         (["--train-ratio", "1,2", "--backend", "slurm"], "unknown sweep backend 'slurm'"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(args: list[str], message: str, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line_exit_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run_cli(["sweep", *TINY, *args, "--out", str(tmp_path / "runs")], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_missing_ray_gives_an_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_ray_gives_an_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray → ImportError, installed or not
-    code, _, err = run_cli(["sweep", *TINY, "--train-ratio", "1,2", "--backend", "ray", "--out", str(tmp_path / "runs")], capsys)
+    code, _, err = run_cli(
+        ["sweep", *TINY, "--train-ratio", "1,2", "--backend", "ray", "--out", str(tmp_path / "runs")], capsys
+    )
     assert code == 2 and err.count("\n") == 1
     assert "pip install 'rlperf[ray]'" in err
     assert not (tmp_path / "runs").exists()

@@ -36,7 +36,9 @@ def json_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
     code = 0
     with contextlib.redirect_stdout(stdout):
         try:
-            cli.main(["train", *TINY, "--steps", "480", "--set", "train.log_every=5", "--out", str(out), "--name", "t", "--json"])
+            cli.main(
+                ["train", *TINY, "--steps", "480", "--set", "train.log_every=5", "--out", str(out), "--name", "t", "--json"]
+            )
         except SystemExit as exc:
             code = int(exc.code or 0)
     (run_dir,) = out.iterdir()
@@ -86,12 +88,24 @@ def test_record_has_every_section(json_run: tuple[int, str, Path]) -> None:
     assert math.isclose(t["replay_ratio"], totals["updates"] * 32 / 480)
 
     learning = r["learning"]
-    assert {"mean_score_last_100", "mean_return_last_100", "best_score", "mean_episode_length", "final_epsilon", "last_loss"} <= set(learning)
+    assert {
+        "mean_score_last_100",
+        "mean_return_last_100",
+        "best_score",
+        "mean_episode_length",
+        "final_epsilon",
+        "last_loss",
+    } <= set(learning)
     assert math.isfinite(learning["last_loss"]) and learning["best_score"] >= 0
 
     assert r["memory"]["peak_rss_mb"] > 0 and r["memory"]["peak_cuda_mb"] is None and r["memory"]["replay_mb"] > 0
     assert r["checkpoint"] == {"file": "checkpoint.pt", "env_steps": 480, "vector_steps": 30}
-    assert r["files"] == {"record": "run.json", "metrics": "metrics.csv", "config": "config.toml", "checkpoint": "checkpoint.pt"}
+    assert r["files"] == {
+        "record": "run.json",
+        "metrics": "metrics.csv",
+        "config": "config.toml",
+        "checkpoint": "checkpoint.pt",
+    }
 
 
 def test_metrics_csv_has_a_row_per_log_interval(json_run: tuple[int, str, Path]) -> None:
@@ -118,7 +132,9 @@ def test_checkpoint_loads_safely_and_matches_the_record(json_run: tuple[int, str
     assert state["config"] == read_record(run_dir)["config"]
 
 
-def test_two_runs_with_the_same_name_in_the_same_second_both_keep_their_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_runs_with_the_same_name_in_the_same_second_both_keep_their_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(records.time, "strftime", lambda fmt: "20240101-120000")
     cfg = config_from("smoke", ["run.device=cpu", "run.threads=1"], steps=32)
     a = train_run(cfg, out=tmp_path, name="same", quiet=True, dashboard=False)

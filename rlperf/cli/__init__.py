@@ -11,7 +11,7 @@ torch, numpy and rich tables are imported when a command runs.
 from __future__ import annotations
 
 # Each module registers its command; help lists them in this order.
-from rlperf.cli import train  # noqa: F401, I001
+from rlperf.cli import train  # noqa: F401
 from rlperf.cli import profile  # noqa: F401
 from rlperf.cli import sweep  # noqa: F401
 from rlperf.cli import compare  # noqa: F401

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 @command()
 @run_options()
 def compare(
-    runs: Annotated[Optional[list[str]], typer.Argument(
+    runs: Annotated[list[str] | None, typer.Argument(
         help="Run directories, run.json files or configs (.toml) to run now.", show_default=False)] = None,
-    vs: Annotated[Optional[list[str]], typer.Option(
+    vs: Annotated[list[str] | None, typer.Option(
         "--vs", help="A variant of the one config argument: --vs buffer.push=loop (repeatable).")] = None,
     repeats: Annotated[int, typer.Option(
         "--repeats", help="Runs per config (≥ 3 shows the noise); repeat k uses seed + k.")] = 1,

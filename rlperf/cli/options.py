@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,20 +22,20 @@ if TYPE_CHECKING:
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     # name: (annotation, default); the name is also RunArgs' field.
-    "config": (Annotated[Optional[str], typer.Option(
+    "config": (Annotated[str | None, typer.Option(
         "--config", "-c", help="TOML config file, or a packaged name (default, fast, naive, smoke).")], None),
-    "set_": (Annotated[Optional[list[str]], typer.Option(
+    "set_": (Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="Override any key: --set buffer.push=loop (repeatable).")], None),
-    "envs": (Annotated[Optional[int], typer.Option("--envs", help="Boards stepped at once (env.num_envs).")], None),
-    "episodes": (Annotated[Optional[int], typer.Option(
+    "envs": (Annotated[int | None, typer.Option("--envs", help="Boards stepped at once (env.num_envs).")], None),
+    "episodes": (Annotated[int | None, typer.Option(
         "--episodes", help="Stop after N finished episodes across all boards.")], None),
-    "steps": (Annotated[Optional[int], typer.Option("--steps", help="Stop after N env transitions.")], None),
-    "train_ratio": (Annotated[Optional[float], typer.Option(
+    "steps": (Annotated[int | None, typer.Option("--steps", help="Stop after N env transitions.")], None),
+    "train_ratio": (Annotated[float | None, typer.Option(
         "--train-ratio", help="Gradient updates per vector step (0.25 = one every 4).")], None),
-    "device": (Annotated[Optional[str], typer.Option("--device", help="auto, cpu, cuda or cuda:N.")], None),
-    "seed": (Annotated[Optional[int], typer.Option("--seed", help="Random seed (run.seed).")], None),
+    "device": (Annotated[str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")], None),
+    "seed": (Annotated[int | None, typer.Option("--seed", help="Random seed (run.seed).")], None),
     "out": (Annotated[Path, typer.Option("--out", help="Directory for run directories.")], Path("runs")),
-    "name": (Annotated[Optional[str], typer.Option(
+    "name": (Annotated[str | None, typer.Option(
         "--name", help="Run name (the directory gets a timestamp suffix).")], None),
     "json_": (Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")], False),
     "quiet": (Annotated[bool, typer.Option("--quiet", "-q", help="No dashboard or progress output.")], False),

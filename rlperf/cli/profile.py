@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -27,7 +27,7 @@ def profile(
     py_spy: Annotated[bool, typer.Option(
         "--py-spy", help="Run under py-spy record; saves pyspy.svg and pyspy.speedscope.json.")] = False,
     native: Annotated[bool, typer.Option("--native", help="With --py-spy: also sample native (C/C++) frames.")] = False,
-    pyspy_child: Annotated[Optional[str], typer.Option(
+    pyspy_child: Annotated[str | None, typer.Option(
         "--pyspy-child", hidden=True, help="Internal: run as the py-spy child, write the record here.")] = None,
     *,
     run: RunArgs,

@@ -6,7 +6,7 @@ import contextlib
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 @command()
 @run_options(exclude=("envs", "train_ratio"))
 def sweep(
-    train_ratio: Annotated[Optional[str], typer.Option(
+    train_ratio: Annotated[str | None, typer.Option(
         "--train-ratio", help="Values of train.train_ratio to sweep: 1,4,16,64.")] = None,
-    envs: Annotated[Optional[str], typer.Option("--envs", help="Values of env.num_envs to sweep: 32,64,256.")] = None,
-    param: Annotated[Optional[list[str]], typer.Option(
+    envs: Annotated[str | None, typer.Option("--envs", help="Values of env.num_envs to sweep: 32,64,256.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="Sweep any key: --param buffer.push=loop,batch (repeatable).")] = None,
     repeats: Annotated[int, typer.Option(
         "--repeats", help="Runs per grid point (repeat k uses seed + k); median and spread over them.")] = 1,
     backend: Annotated[str, typer.Option("--backend", help="local (one trial at a time) or ray (Ray Tune trials).")] = "local",
-    address: Annotated[Optional[str], typer.Option(
+    address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster to connect to (default: start a local one).")] = None,
     trial_cpus: Annotated[float, typer.Option("--trial-cpus", help="CPUs per Ray trial.")] = 1.0,
     trial_gpus: Annotated[float, typer.Option("--trial-gpus", help="GPUs per Ray trial.")] = 0.0,

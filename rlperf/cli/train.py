@@ -6,7 +6,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -19,7 +19,7 @@ from rlperf.errors import RlperfError
 @run_options()
 def train(
     tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tb.")] = False,
-    resume: Annotated[Optional[Path], typer.Option(
+    resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR",
         help="Continue RUN_DIR from its checkpoint, in place, with its config.toml; --episodes/--steps may extend "
              "the stop condition (other keys that change what the run computes are refused).")] = None,

@@ -53,7 +53,10 @@ class GymVectorBackend:
             score[i] = info["score"][i]
             length[i] = info["steps"][i]
             returns[i] = info["score"][i] - float(terminated[i] and rewards[i] < 0)
-        to = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+
+        def to(a: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(a, device=self.device)
+
         done_t = to(done)
         infos = {
             "final_obs": to(final_obs),
@@ -81,7 +84,7 @@ def make_env(
     hunger: int | None = None,
 ) -> VectorSnake | GymVectorBackend:
     """Build the training env for ``backend`` with the same rules and observation everywhere."""
-    kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
+    kwargs: dict[str, Any] = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
         return VectorSnake(num_envs=num_envs, device=device, **kwargs)
     if backend in ("gym-sync", "gym-async"):

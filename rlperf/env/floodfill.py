@@ -150,20 +150,21 @@ def _reachable_packed(blocked: torch.Tensor, start: torch.Tensor, early_exit: bo
     reached &= free
     if use_numpy is None:
         use_numpy = device.type == "cpu" and size * m <= _NUMPY_MAX_ROWS
-    if use_numpy:  # views of the same memory
-        free, reached = free.numpy(), reached.numpy()
-    fill = _RowFill(free, np if use_numpy else torch)
+    # numpy views of the same memory where numpy is faster (small boards on the CPU).
+    free_x: Any = free.numpy() if use_numpy else free
+    reached_x: Any = reached.numpy() if use_numpy else reached
+    fill = _RowFill(free_x, np if use_numpy else torch)
 
-    fill.rows(reached)
-    before = fill.xp.empty_like(reached)
+    fill.rows(reached_x)
+    before = fill.xp.empty_like(reached_x)
     for _ in range(packed_rounds_bound(size)):
         if early_exit:
-            before[...] = reached
-        fill.columns(reached)
-        if early_exit and fill.equal(reached, before):
+            before[...] = reached_x
+        fill.columns(reached_x)
+        if early_exit and fill.equal(reached_x, before):
             break
-        fill.rows(reached)
-    counts = fill.count(reached)
+        fill.rows(reached_x)
+    counts = fill.count(reached_x)
     return torch.from_numpy(counts) if use_numpy else counts
 
 
@@ -198,43 +199,43 @@ class _RowFill:
         self.scratch = xp.empty_like(free)
         self.carry = xp.empty_like(free)
 
-    def rows(self, reached: Any) -> None:
-        """Horizontal fill, in place: every row run holding a reached cell becomes reached."""
+    def rows(self, reached_x: Any) -> None:
+        """Horizontal fill, in place: every row run holding a reached_x cell becomes reached_x."""
         xp, free, carry, scratch = self.xp, self.free, self.carry, self.scratch
-        # Up the bits: adding ``free`` to a reached bit carries through the rest of its run.
-        xp.add(reached, free, out=carry)
+        # Up the bits: adding ``free`` to a reached_x bit carries through the rest of its run.
+        xp.add(reached_x, free, out=carry)
         xp.bitwise_xor(carry, free, out=carry)
-        xp.bitwise_or(carry, reached, out=carry)
+        xp.bitwise_or(carry, reached_x, out=carry)
         xp.bitwise_and(carry, free, out=carry)
         # Down the bits: doubling, free cells c .. c + 2^j - 1 let bit c + 2^j reach bit c.
         for shift, ok in self.left:
-            self.shift_right(reached, shift, out=scratch)
+            self.shift_right(reached_x, shift, out=scratch)
             xp.bitwise_and(scratch, ok, out=scratch)
-            xp.bitwise_or(reached, scratch, out=reached)
-        xp.bitwise_or(reached, carry, out=reached)
+            xp.bitwise_or(reached_x, scratch, out=reached_x)
+        xp.bitwise_or(reached_x, carry, out=reached_x)
 
-    def columns(self, reached: Any) -> None:
-        """Vertical fill, in place: every column run holding a reached cell becomes reached."""
+    def columns(self, reached_x: Any) -> None:
+        """Vertical fill, in place: every column run holding a reached_x cell becomes reached_x."""
         xp, scratch = self.xp, self.scratch
         for shift, ok_down, ok_up in self.vertical:
-            xp.bitwise_and(reached[:-shift], ok_down, out=scratch[shift:])
-            xp.bitwise_or(reached[shift:], scratch[shift:], out=reached[shift:])
-            xp.bitwise_and(reached[shift:], ok_up, out=scratch[:-shift])
-            xp.bitwise_or(reached[:-shift], scratch[:-shift], out=reached[:-shift])
+            xp.bitwise_and(reached_x[:-shift], ok_down, out=scratch[shift:])
+            xp.bitwise_or(reached_x[shift:], scratch[shift:], out=reached_x[shift:])
+            xp.bitwise_and(reached_x[shift:], ok_up, out=scratch[:-shift])
+            xp.bitwise_or(reached_x[:-shift], scratch[:-shift], out=reached_x[:-shift])
 
-    def count(self, reached: Any) -> Any:
-        """Set bits per board (column) of ``reached``, as int64 (M,); uses the scratch buffers.
+    def count(self, reached_x: Any) -> Any:
+        """Set bits per board (column) of ``reached_x``, as int64 (M,); uses the scratch buffers.
 
         SWAR popcount: bit pairs, then nibbles, then bytes count their own bits; the bytes are
         folded before the rows are summed (S <= 62 rows of up to 8 would overflow a byte). At
         most 127 per row and S*S in all fit the row type, so the sum stays in it (much faster).
         """
         xp, x, t = self.xp, self.carry, self.scratch
-        nbytes = reached.dtype.itemsize
+        nbytes = reached_x.dtype.itemsize
         fives, threes, nibbles = (int(pattern * nbytes, 16) for pattern in ("55", "33", "0f"))
-        self.shift_right(reached, 1, out=t)
+        self.shift_right(reached_x, 1, out=t)
         xp.bitwise_and(t, fives, out=t)
-        xp.subtract(reached, t, out=x)
+        xp.subtract(reached_x, t, out=x)
         self.shift_right(x, 2, out=t)
         xp.bitwise_and(t, threes, out=t)
         xp.bitwise_and(x, threes, out=x)

@@ -29,6 +29,7 @@ from gymnasium import spaces
 
 from rlperf.errors import ConfigError
 from rlperf.env.floodfill import bfs_count
+import itertools
 
 Cell = tuple[int, int]
 
@@ -81,7 +82,7 @@ class SnakeEnv(gymnasium.Env):
             host, so only ``None``, ``"cpu"`` and ``"auto"`` are allowed.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 10}
+    metadata = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012 (gymnasium's API)
 
     def __init__(
         self,
@@ -123,6 +124,7 @@ class SnakeEnv(gymnasium.Env):
             shape: tuple[int, ...] = (3, self.size, self.size)
         else:
             shape = (NUM_BASE_FEATURES + (NUM_FLOOD_FEATURES if self._uses_flood_fill else 0),)
+        self._obs_shape: tuple[int, ...] = tuple(shape)
         self.observation_space = spaces.Box(0.0, 1.0, shape, dtype=np.float32)
 
         # Episode state. `_occupied` mirrors `_body` so collision checks are one array lookup.
@@ -249,7 +251,7 @@ class SnakeEnv(gymnasium.Env):
                 raise ConfigError(f"body cell {(row, col)} is outside the {size}x{size} board")
         if len(set(cells)) != len(cells):
             raise ConfigError("body cells must be distinct")
-        for (r0, c0), (r1, c1) in zip(cells, cells[1:]):
+        for (r0, c0), (r1, c1) in itertools.pairwise(cells):
             if abs(r0 - r1) + abs(c0 - c1) != 1:
                 raise ConfigError(f"body cells {(r0, c0)} and {(r1, c1)} are not adjacent")
         if not _is_int(direction) or not 0 <= direction <= 3:
@@ -306,13 +308,13 @@ class SnakeEnv(gymnasium.Env):
         return divmod(index, self.size)
 
     def _features(self) -> np.ndarray:
-        features = np.zeros(self.observation_space.shape, dtype=np.float32)
+        features = np.zeros(self._obs_shape, dtype=np.float32)
         head_row, head_col = self._body[0]
         for slot, turn in enumerate(TURNS):
             target = self._target((self._direction + turn) % 4)
             deadly = target is None or (target != self._fruit and self._hits_body(target))
             features[slot] = deadly
-            if self._uses_flood_fill and not deadly:
+            if self._uses_flood_fill and target is not None and not deadly:
                 features[NUM_BASE_FEATURES + slot] = self._flood_fraction(target)
         features[3 + self._direction] = 1.0
         if self._fruit is not None:

@@ -52,6 +52,7 @@ from gymnasium.vector.utils import batch_space
 from rlperf.env import floodfill
 from rlperf.device import resolve_device
 from rlperf.env.single import render_board
+import itertools
 
 # Absolute directions: up, right, down, left as (row, col) deltas.
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
@@ -102,7 +103,7 @@ class VectorSnake(VectorEnv):
         render_mode: ``None`` or ``"ansi"``.
     """
 
-    metadata = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.SAME_STEP}  # noqa: RUF012 (gymnasium's API)
 
     def __init__(
         self,
@@ -146,7 +147,7 @@ class VectorSnake(VectorEnv):
     # ------------------------------------------------------------------ setup
     def _allocate(self, obs_shape: tuple[int, ...]) -> None:
         n, c, s, dev = self.num_envs, self.cells, self.size, self.device
-        i64 = dict(dtype=torch.int64, device=dev)
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
         # Neighbour table: nbr[cell * 4 + direction] -> next cell, or `c` (the wall column) if the
         # move leaves the board. Row `c` (the wall itself) maps to the wall.
         nbr = torch.full((c + 1, 4), c, **i64)
@@ -207,7 +208,7 @@ class VectorSnake(VectorEnv):
             self._gen.manual_seed(int(seed))
             self._seeded = True
         elif not self._seeded:
-            self._gen.manual_seed(int(np.random.SeedSequence().entropy % (2**63)))
+            self._gen.manual_seed(int(np.random.SeedSequence().entropy) % (2**63))  # type: ignore[arg-type]
             self._seeded = True
         self._reset_boards(self._all, dense=True)
         self._respawn_fruit(self._all, dense=True)
@@ -281,7 +282,7 @@ class VectorSnake(VectorEnv):
         }
         return out, rewards, terminated, truncated, infos
 
-    def render(self) -> str | None:
+    def render(self) -> str | None:  # type: ignore[override]
         """Board 0 as text (``render_mode="ansi"``)."""
         if self.render_mode != "ansi":
             return None
@@ -327,7 +328,7 @@ class VectorSnake(VectorEnv):
             raise ValueError("body must be a non-empty list of distinct cells")
         if any(not (0 <= r < s and 0 <= c < s) for r, c in body):
             raise ValueError("body cells must lie on the board")
-        if any(abs(a[0] - b[0]) + abs(a[1] - b[1]) != 1 for a, b in zip(body, body[1:])):
+        if any(abs(a[0] - b[0]) + abs(a[1] - b[1]) != 1 for a, b in itertools.pairwise(body)):
             raise ValueError("each body segment must be adjacent to the next")
         if direction not in range(4):
             raise ValueError("direction must be 0 (up), 1 (right), 2 (down) or 3 (left)")

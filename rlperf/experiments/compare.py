@@ -116,7 +116,9 @@ class Side:
 def compare(sides: Sequence[Side]) -> dict[str, Any]:
     """The comparison of ``sides`` (first is the baseline) as plain data; see the module docstring."""
     if len(sides) < 2:
-        raise RlperfError("compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value")
+        raise RlperfError(
+            "compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value"
+        )
     for side in sides:
         if not side.records:
             raise RlperfError(f"{side.label} has no run record")
@@ -124,24 +126,37 @@ def compare(sides: Sequence[Side]) -> dict[str, Any]:
     rows = []
     for metric in metrics_for(all_records):
         cells = [summarize([metric.value(r) for r in s.records]) for s in sides]
-        rows.append({
-            "metric": metric.key, "label": metric.label, "group": metric.path[0], "kind": metric.kind,
-            "better": metric.better,
-            "cells": [c.as_dict() if c else None for c in cells],
-            "shares": _shares(metric, sides),
-            "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:])],
-            "best": _best(metric, cells),
-        })
+        rows.append(
+            {
+                "metric": metric.key,
+                "label": metric.label,
+                "group": metric.path[0],
+                "kind": metric.kind,
+                "better": metric.better,
+                "cells": [c.as_dict() if c else None for c in cells],
+                "shares": _shares(metric, sides),
+                "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:], strict=True)],
+                "best": _best(metric, cells),
+            }
+        )
     return {
         "schema": SCHEMA,
         "kind": "compare",
         "spread": SPREAD_RULE,
-        "noise_rule": f"a difference is inside the noise when the two min–max ranges overlap (≥ {NOISE_MIN_SAMPLES} samples a side)",
+        "noise_rule": (f"a difference is inside the noise when the two min–max ranges overlap "
+                       f"(≥ {NOISE_MIN_SAMPLES} samples a side)"),
         "baseline": sides[0].label,
-        "runs": [{"label": s.label, "source": s.source, "n": len(s.records),
-                  "run_dirs": [r.get("run_dir") for r in s.records],
-                  "statuses": [r.get("status") for r in s.records],
-                  "system": (s.records[0].get("system") or {})} for s in sides],
+        "runs": [
+            {
+                "label": s.label,
+                "source": s.source,
+                "n": len(s.records),
+                "run_dirs": [r.get("run_dir") for r in s.records],
+                "statuses": [r.get("status") for r in s.records],
+                "system": (s.records[0].get("system") or {}),
+            }
+            for s in sides
+        ],
         "rows": rows,
         "warnings": comparability_warnings(sides),
     }
@@ -216,8 +231,10 @@ def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") 
     runs = comparison["runs"]
     base = comparison["baseline"]
     ns = sorted({r["n"] for r in runs})
-    caption = [f"{SPREAD_RULE} over {'/'.join(map(str, ns))} runs" if max(ns) > 1 else "one run per column",
-               f"× = speed-up over {base} (> 1 is faster); score as a difference; memory as a change"]
+    caption = [
+        f"{SPREAD_RULE} over {'/'.join(map(str, ns))} runs" if max(ns) > 1 else "one run per column",
+        f"× = speed-up over {base} (> 1 is faster); score as a difference; memory as a change",
+    ]
     if max(ns) >= NOISE_MIN_SAMPLES:
         caption.append("(noise) = the two ranges overlap")
     table = Table(title=title, caption="; ".join(caption))
@@ -263,8 +280,9 @@ def _render_ratio(ratio: Mapping[str, Any], row: Mapping[str, Any], scale: float
     elif ratio["kind"] == "delta":
         text = format_number(value, spread, scale, signed=True, show_spread=False)
     else:
-        text = (format_number(100 * value, 100 * spread, signed=True, show_spread=False) if spread
-                else f"{100 * value:+.0f}") + "%"
+        text = (
+            format_number(100 * value, 100 * spread, signed=True, show_spread=False) if spread else f"{100 * value:+.0f}"
+        ) + "%"
     if ratio["inside_noise"]:
         return Text(f"{text} (noise)", style="dim")
     return text
@@ -311,16 +329,23 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
     ``--vs`` without exactly one config argument, or fewer than two columns.
     """
     if vs and (len(args) != 1 or not is_config_argument(args[0])):
-        raise RlperfError("--vs needs exactly one config argument", hint="e.g. rlperf compare configs/fast.toml --vs buffer.push=loop")
+        raise RlperfError(
+            "--vs needs exactly one config argument", hint="e.g. rlperf compare configs/fast.toml --vs buffer.push=loop"
+        )
     sources: list[Source] = []
     for arg in args:
         path = Path(arg)
         if is_config_argument(arg):
             sources.append(Source(_unique(path.stem, sources), arg, config=make_config(arg)))
         elif not path.exists():
-            raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
+            raise RlperfError(
+                f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config"
+            )
         elif path.is_dir() and not (path / RECORD_NAME).is_file():
-            raise RlperfError(f"{arg} is not a run directory (no {RECORD_NAME})", hint="pass a directory written by rlperf train, or a .toml config")
+            raise RlperfError(
+                f"{arg} is not a run directory (no {RECORD_NAME})",
+                hint="pass a directory written by rlperf train, or a .toml config",
+            )
         else:
             record = read_record(path)
             label = str(record.get("name") or (path.name if path.is_dir() else path.parent.name))
@@ -333,11 +358,13 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
         cfg = variant(base.config, [item])
         sources.append(Source(_unique(item.strip(), sources), f"{base.origin} --vs {item.strip()}", config=cfg))
     if len(sources) < 2:
-        raise RlperfError("compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value")
+        raise RlperfError(
+            "compare needs at least two runs", hint="pass two run directories or configs, or a config with --vs key=value"
+        )
     # Run directories are named NAME-YYYYmmdd-HHMMSS: show NAME where that alone tells them apart.
     short = [_RUN_STAMP.sub("", s.label) if s.record is not None else s.label for s in sources]
     if len(set(short)) == len(short):
-        for s, label in zip(sources, short):
+        for s, label in zip(sources, short, strict=True):
             s.label = label
     return sources
 
@@ -399,8 +426,9 @@ def run_sources(
                 if on_run:
                     on_run(s.label, k, "start")
                 with run_isolation():
-                    result = train_run(cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
-                                       dashboard=False, kind="compare")
+                    result = train_run(
+                        cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True, dashboard=False, kind="compare"
+                    )
                 sides[i].records.append(read_record(result.run_dir))
                 if on_run:
                     on_run(s.label, k, "done")

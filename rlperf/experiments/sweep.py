@@ -52,7 +52,8 @@ TRIAL_METRICS = (
     ("updates_per_s", ("throughput", "updates_per_s"), "rate"),
     ("s_per_1000_episodes", ("throughput", "s_per_1000_episodes"), "seconds"),
     ("mean_score", ("learning", "mean_score_last_100"), "score"),
-) + tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES)
+    *tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES),
+)
 
 
 # -- the grid -----------------------------------------------------------------------------------
@@ -72,7 +73,9 @@ class Axis:
 
 def split_values(text: str) -> list[str]:
     """``"1,4,[64,64]"`` → ``["1", "4", "[64,64]"]``: commas inside brackets or quotes do not split."""
-    values, depth, quote, current = [], 0, "", []
+    values: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote
@@ -96,7 +99,9 @@ def split_values(text: str) -> list[str]:
 def parse_param(spec: str) -> Axis:
     """``"section.key=v1,v2"`` (one ``--param``) → an Axis."""
     if "=" not in spec:
-        raise ConfigError(f"--param {spec!r} has no '='", hint="write --param section.key=v1,v2, e.g. --param buffer.push=loop,batch")
+        raise ConfigError(
+            f"--param {spec!r} has no '='", hint="write --param section.key=v1,v2, e.g. --param buffer.push=loop,batch"
+        )
     key, values = (part.strip() for part in spec.split("=", 1))
     return Axis(key, tuple(split_values(values)))
 
@@ -167,9 +172,9 @@ def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
     seed_swept = any(a.key == "run.seed" for a in axes)
     trials: list[Trial] = []
     for point, combo in enumerate(itertools.product(*(a.values for a in axes))):
-        overrides = [f"{a.key}={v}" for a, v in zip(axes, combo)]
+        overrides = [f"{a.key}={v}" for a, v in zip(axes, combo, strict=True)]
         for k in range(repeats):
-            trial = Trial(len(trials), point, k, overrides, {a.key: _typed(v) for a, v in zip(axes, combo)})
+            trial = Trial(len(trials), point, k, overrides, {a.key: _typed(v) for a, v in zip(axes, combo, strict=True)})
             trial.name = f"trial{trial.index:03d}"
             try:
                 cfg = variant(base, overrides)
@@ -293,9 +298,10 @@ def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | No
         notify("start", t)
         try:
             with run_isolation():
-                run = train_run(t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False,
-                                kind="sweep")
-        except Exception as exc:  # noqa: BLE001 - a failing trial is data; the sweep goes on
+                run = train_run(
+                    t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False, kind="sweep"
+                )
+        except Exception as exc:  # a failing trial is data; the sweep goes on
             t.status, t.error = "failed", _one_line(exc)
             notify("end", t)
             continue
@@ -357,14 +363,16 @@ class _RaySession:
         self.started = False
         if not self.ray.is_initialized():
             # Keep the driver's terminal for rlperf: workers' output stays in Ray's logs.
-            kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                                          configure_logging=True)
+            kwargs: dict[str, Any] = dict(
+                include_dashboard=False, log_to_driver=False, logging_level="ERROR", configure_logging=True
+            )
             try:
                 self.ray.init(address=address, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ... all one message
+            except Exception as exc:  # ConnectionError, RuntimeError, ...: all one message
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise RlperfError(f"cannot start or reach {where}: {_one_line(exc)}",
-                                  hint="check --address (ray status on the head node)") from None
+                raise RlperfError(
+                    f"cannot start or reach {where}: {_one_line(exc)}", hint="check --address (ray status on the head node)"
+                ) from None
             self.started = True
 
     def check(self, configs: Sequence[Config]) -> None:
@@ -372,14 +380,20 @@ class _RaySession:
         have = self.ray.cluster_resources()
         cpus, gpus = have.get("CPU", 0.0), have.get("GPU", 0.0)
         if self.cpus > cpus:
-            raise RlperfError(f"each trial asks for {_count(self.cpus, 'CPU')} but the Ray cluster has {cpus:g}",
-                              hint="lower --trial-cpus or add nodes")
+            raise RlperfError(
+                f"each trial asks for {_count(self.cpus, 'CPU')} but the Ray cluster has {cpus:g}",
+                hint="lower --trial-cpus or add nodes",
+            )
         if self.gpus > gpus:
-            raise RlperfError(f"each trial asks for {_count(self.gpus, 'GPU')} but the Ray cluster has {gpus:g}",
-                              hint="drop --trial-gpus, or connect to a cluster with GPUs (--address)")
+            raise RlperfError(
+                f"each trial asks for {_count(self.gpus, 'GPU')} but the Ray cluster has {gpus:g}",
+                hint="drop --trial-gpus, or connect to a cluster with GPUs (--address)",
+            )
         if self.gpus == 0 and any(c.run.device.startswith("cuda") for c in configs):
-            raise RlperfError("trials use run.device=cuda but ask for no GPU: Ray would hide the GPUs from them",
-                              hint="add --trial-gpus 1 or use --device cpu")
+            raise RlperfError(
+                "trials use run.device=cuda but ask for no GPU: Ray would hide the GPUs from them",
+                hint="add --trial-gpus 1 or use --device cpu",
+            )
 
     def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
         from ray import tune
@@ -391,15 +405,18 @@ class _RaySession:
         if not pending:
             return
         specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
-        trainable = tune.with_parameters(ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [],
-                                         cwd=os.getcwd())
+        trainable = tune.with_parameters(
+            ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd()
+        )
         trainable = tune.with_resources(trainable, {"cpu": self.cpus, "gpu": self.gpus})
         tuner = tune.Tuner(
             trainable,
             param_space={"trial": tune.grid_search(sorted(pending))},
             tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: f"trial{trial.config['trial']:03d}"),
             run_config=tune.RunConfig(
-                name="ray", storage_path=str(sweep_dir), verbose=0,
+                name="ray",
+                storage_path=str(sweep_dir),
+                verbose=0,
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                 callbacks=[_progress_callback(pending, notify)],
             ),
@@ -413,10 +430,12 @@ class _RaySession:
         finally:
             (sweep_dir / "ray").mkdir(exist_ok=True)
             write_text_atomic(sweep_dir / "ray" / "tune_output.txt", captured.getvalue())
-        for r in grid:
-            t = pending.get((r.config or {}).get("trial"))
-            if t is None:
+        for i in range(len(grid)):
+            r = grid[i]
+            trial = pending.get(int((r.config or {}).get("trial", -1)))
+            if trial is None:
                 continue
+            t = trial
             metrics = r.metrics or {}
             if r.error is not None and "run_dir" not in metrics:
                 t.status, t.error = "failed", _one_line(r.error)
@@ -466,13 +485,19 @@ def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_d
 
     os.chdir(cwd)  # Tune starts trials in their own directory; runs record the user's (git revision, paths)
     toml_text, name = specs[config["trial"]]
-    run = train_run(loads_config(toml_text), out=sweep_dir, name=name, command=command or None, quiet=True,
-                    dashboard=False, kind="sweep")
+    run = train_run(
+        loads_config(toml_text), out=sweep_dir, name=name, command=command or None, quiet=True, dashboard=False, kind="sweep"
+    )
     record = run.record
-    tune.report({"run_dir": str(run.run_dir), "status": record["status"],
-                 "env_steps_per_s": record["throughput"]["env_steps_per_s"],
-                 "updates_per_s": record["throughput"]["updates_per_s"],
-                 "record_json": json.dumps(record, default=str)})
+    tune.report(
+        {
+            "run_dir": str(run.run_dir),
+            "status": record["status"],
+            "env_steps_per_s": record["throughput"]["env_steps_per_s"],
+            "updates_per_s": record["throughput"]["updates_per_s"],
+            "record_json": json.dumps(record, default=str),
+        }
+    )
 
 
 # -- summary, files, table ----------------------------------------------------------------------
@@ -487,9 +512,14 @@ def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis]) -> list[dict
     out = []
     for point, group in points.items():
         done = [t for t in group if t.status == "completed"]
-        entry: dict[str, Any] = {"point": point, "params": dict(group[0].params), "n": len(group),
-                                 "completed": len(done), "statuses": [t.status for t in group],
-                                 "errors": sorted({t.error for t in group if t.error})}
+        entry: dict[str, Any] = {
+            "point": point,
+            "params": dict(group[0].params),
+            "n": len(group),
+            "completed": len(done),
+            "statuses": [t.status for t in group],
+            "errors": sorted({t.error for t in group if t.error}),
+        }
         for column, path, _ in TRIAL_METRICS:
             s = summarize([t.value(path) for t in done])
             entry[column] = s.as_dict() if s else None
@@ -529,8 +559,11 @@ def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
     table = Table(title=title, caption="; ".join(caption))
     for short in shorts:
         table.add_column(short, justify="right")
-    numeric = [("env_steps_per_s", "env steps/s", "rate"), ("updates_per_s", "updates/s", "rate"),
-               ("s_per_1000_episodes", "s/1k episodes", "seconds")]
+    numeric = [
+        ("env_steps_per_s", "env steps/s", "rate"),
+        ("updates_per_s", "updates/s", "rate"),
+        ("s_per_1000_episodes", "s/1k episodes", "seconds"),
+    ]
     units = {}
     for column, label, kind in numeric:
         units[column] = pick_unit(kind, [e[column]["median"] for e in summary if e[column]])
@@ -573,4 +606,3 @@ def _status(entry: dict[str, Any]) -> Text:
     if entry["errors"]:
         text += f": {entry['errors'][0]}"
     return Text(text, style="red" if "failed" in others else "yellow")
-

@@ -39,7 +39,9 @@ from rlperf.errors import RlperfError
 SORT_KEYS = ("cumtime", "tottime", "ncalls")
 
 _RLPERF_DIR = str(Path(__file__).resolve().parent.parent)
-_SITE_DIRS = sorted({p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}, key=len, reverse=True)
+_SITE_DIRS = sorted(
+    {p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}, key=len, reverse=True
+)
 _STDLIB_DIR = sysconfig.get_paths().get("stdlib", "")
 
 
@@ -54,12 +56,12 @@ def check_sort(sort: str) -> str:
 def short_path(file: str) -> str:
     """``rlperf/dqn.py``, ``torch/nn/modules/module.py``, ``contextlib.py``: what a reader needs."""
     if file.startswith(_RLPERF_DIR):
-        return "rlperf" + file[len(_RLPERF_DIR):]
+        return "rlperf" + file[len(_RLPERF_DIR) :]
     for site in _SITE_DIRS:
         if file.startswith(site + os.sep):
-            return file[len(site) + 1:]
+            return file[len(site) + 1 :]
     if _STDLIB_DIR and file.startswith(_STDLIB_DIR + os.sep):
-        return file[len(_STDLIB_DIR) + 1:]
+        return file[len(_STDLIB_DIR) + 1 :]
     return file
 
 
@@ -216,7 +218,9 @@ class GcMonitor:
 # -- torch.profiler ----------------------------------------------------------------------------
 
 # Lines kineto writes straight to fd 2 when a trace starts and stops (not Python warnings).
-_KINETO_NOISE = re.compile(rb"^(USDT:|STAGE:|\[W\d*\s|.*(ActivityProfilerController|SyncActivityProfilerHandler|CuptiActivityProfiler|kineto))")
+_KINETO_NOISE = re.compile(
+    rb"^(USDT:|STAGE:|\[W\d*\s|.*(ActivityProfilerController|SyncActivityProfilerHandler|CuptiActivityProfiler|kineto))"
+)
 
 
 @contextlib.contextmanager
@@ -260,8 +264,16 @@ class TorchWindow:
         return self.first + self.active - 1
 
 
-def torch_window(warmup_steps: int, num_envs: int, learning_starts: int, batch_size: int, total_steps: int | None,
-                 train_ratio: float = 1.0, warmup: int = 1, max_updates: int = 40) -> TorchWindow:
+def torch_window(
+    warmup_steps: int,
+    num_envs: int,
+    learning_starts: int,
+    batch_size: int,
+    total_steps: int | None,
+    train_ratio: float = 1.0,
+    warmup: int = 1,
+    max_updates: int = 40,
+) -> TorchWindow:
     """Put the recorded steps just after the phase-timer warm-up and the first gradient update.
 
     Up to 5 active steps, fewer when each step holds many updates (about ``max_updates`` in the
@@ -346,8 +358,10 @@ class TorchProfiler:
         if self.device_type == "cuda":
             section["top_device_ops"] = sorted(self.ops, key=lambda r: r["self_device_ms"], reverse=True)[:top]
         if not self.recorded:
-            section["note"] = (f"the run ended after {self.steps} vector steps, before the recorded window "
-                               f"(steps {w.first}-{w.last}); run longer (--steps) to get a trace")
+            section["note"] = (
+                f"the run ended after {self.steps} vector steps, before the recorded window "
+                f"(steps {w.first}-{w.last}); run longer (--steps) to get a trace"
+            )
         return section
 
 
@@ -356,8 +370,12 @@ def _op_rows(averages: Any, cuda: bool) -> list[dict[str, Any]]:
     for e in averages:
         if e.key.startswith(("phase:", "ProfilerStep")):
             continue  # ranges, not ops: they are in the trace
-        row = {"op": e.key, "calls": int(e.count), "self_cpu_ms": e.self_cpu_time_total / 1e3,
-               "cpu_total_ms": e.cpu_time_total / 1e3}
+        row = {
+            "op": e.key,
+            "calls": int(e.count),
+            "self_cpu_ms": e.self_cpu_time_total / 1e3,
+            "cpu_total_ms": e.cpu_time_total / 1e3,
+        }
         if cuda:
             row["self_device_ms"] = getattr(e, "self_device_time_total", 0.0) / 1e3
         rows.append(row)
@@ -367,8 +385,10 @@ def _op_rows(averages: Any, cuda: bool) -> list[dict[str, Any]]:
 # -- py-spy ------------------------------------------------------------------------------------
 
 PYSPY_HINT = "pip install py-spy"
-PTRACE_HINT = ("it needs ptrace permission: run the container with --cap-add SYS_PTRACE, "
-               "or as root set /proc/sys/kernel/yama/ptrace_scope to 0")
+PTRACE_HINT = (
+    "it needs ptrace permission: run the container with --cap-add SYS_PTRACE, "
+    "or as root set /proc/sys/kernel/yama/ptrace_scope to 0"
+)
 
 
 def find_pyspy() -> str | None:
@@ -381,7 +401,7 @@ def pyspy_command(pyspy: str, output: str | Path, child: Sequence[str], native: 
     cmd = [pyspy, "record", "--format", "speedscope", "--output", str(output), "--rate", str(rate)]
     if native:
         cmd.append("--native")
-    return cmd + ["--", *child]
+    return [*cmd, "--", *child]
 
 
 def pyspy_env() -> dict[str, str]:
@@ -424,7 +444,7 @@ def speedscope_stacks(data: Mapping[str, Any]) -> tuple[list[dict[str, Any]], li
         if prof.get("type") != "sampled":
             continue
         weights = prof.get("weights") or [1.0] * len(prof["samples"])
-        samples.extend(zip(prof["samples"], weights))
+        samples.extend(zip(prof["samples"], weights, strict=True))
     return frames, samples
 
 
@@ -479,8 +499,10 @@ def _flame_svg(root: _Node, title: str, n_samples: int, width: int = 1200, row: 
         y = height - (d + 1) * row - 4
         share = node.count / root.count * 100 if root.count else 0.0
         tip = html.escape(f"{node.name}: {node.count:.3g} s sampled, {share:.1f}%")
-        out.append(f'<g><title>{tip}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row - 1}" '
-                   f'rx="2" fill="{_colour(node)}"/>')
+        out.append(
+            f'<g><title>{tip}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row - 1}" '
+            f'rx="2" fill="{_colour(node)}"/>'
+        )
         chars = int((w - 6) / 6.5)
         if chars >= 3:
             label = node.name if len(node.name) <= chars else node.name[: chars - 2] + ".."

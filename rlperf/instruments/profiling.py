@@ -15,6 +15,7 @@ deterministic step by step), and the two timings of the very same steps are comp
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -47,6 +48,7 @@ from rlperf.instruments.profilers import (
 )
 from rlperf.run.files import write_json_atomic
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
+import itertools
 
 DEFAULT_EPISODES = 100
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
@@ -125,7 +127,7 @@ class Instruments:
 
     def step_durations(self) -> list[float]:
         """Wall seconds of each vector step, in order."""
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+        return [b - a for a, b in itertools.pairwise(self.stamps)]
 
 
 def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
@@ -231,7 +233,7 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     with tempfile.TemporaryDirectory(prefix="rlperf-replay-") as tmp:
         train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay",
                   hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
-    plain = [b - a for a, b in zip(replay, replay[1:])]
+    plain = [b - a for a, b in itertools.pairwise(replay)]
     if len(plain) < k:
         return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
     warm = t.warmup_steps
@@ -270,7 +272,9 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
 # -- py-spy ------------------------------------------------------------------------------------
 
 
-def run_under_pyspy(pyspy: str, child_args: list[str], native: bool, scratch: Path) -> tuple[dict[str, Any] | None, Path, list[str]]:
+def run_under_pyspy(
+    pyspy: str, child_args: list[str], native: bool, scratch: Path
+) -> tuple[dict[str, Any] | None, Path, list[str]]:
     """Run ``rlperf profile <child_args>`` under py-spy as the child that writes its record to a file.
 
     Returns the child's record (None when it did not finish), the recording's path and py-spy's
@@ -280,8 +284,14 @@ def run_under_pyspy(pyspy: str, child_args: list[str], native: bool, scratch: Pa
     recording = scratch / "pyspy.speedscope.json"
     record_file = scratch / "record.json"
     child = [sys.executable, "-m", "rlperf", "profile", *child_args, "--pyspy-child", str(record_file)]
-    proc = subprocess.Popen(pyspy_command(pyspy, recording, child, native=native), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=pyspy_env(), text=True, errors="replace")
+    proc = subprocess.Popen(
+        pyspy_command(pyspy, recording, child, native=native),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=pyspy_env(),
+        text=True,
+        errors="replace",
+    )
     pyspy_lines: list[str] = []
 
     def forward() -> None:
@@ -319,8 +329,13 @@ def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None
     speedscope = run_dir / "pyspy.speedscope.json"
     shutil.move(str(recording), speedscope)
     samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
-    record["profile"]["py_spy"] = {"svg": "pyspy.svg", "speedscope": "pyspy.speedscope.json", "samples": samples,
-                                   "native": native, "rate_hz": 100}
+    record["profile"]["py_spy"] = {
+        "svg": "pyspy.svg",
+        "speedscope": "pyspy.speedscope.json",
+        "samples": samples,
+        "native": native,
+        "rate_hz": 100,
+    }
     record["profile"]["artifacts"].update(pyspy_svg="pyspy.svg", pyspy_speedscope="pyspy.speedscope.json")
     record["files"].update(profile_pyspy_svg="pyspy.svg", profile_pyspy_speedscope="pyspy.speedscope.json")
 

@@ -21,7 +21,9 @@ from rlperf.timers import PHASES
 class Dashboard:
     """Shows a run's progress; ``update`` is cheap to call often (it throttles itself)."""
 
-    def __init__(self, total: int, unit: str, enabled: bool = True, refresh_s: float = 0.5, plain_every_s: float = 10.0) -> None:
+    def __init__(
+        self, total: int, unit: str, enabled: bool = True, refresh_s: float = 0.5, plain_every_s: float = 10.0
+    ) -> None:
         self.total, self.unit, self.enabled = total, unit, enabled
         self.console = Console(stderr=True)
         self.live_mode = enabled and self.console.is_terminal
@@ -29,14 +31,20 @@ class Dashboard:
         # Never drawn: the first update always draws (time.monotonic() can be small after a boot).
         self._last = float("-inf")
         self._bar = Progress(
-            TextColumn("[bold]train"), BarColumn(), TaskProgressColumn(), TextColumn(f"{{task.completed:,}}/{{task.total:,}} {unit}"),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
+            TextColumn("[bold]train"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn(f"{{task.completed:,}}/{{task.total:,}} {unit}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
         )
         self._task = self._bar.add_task("train", total=total)
         self._stats = Text("")
         self._live: Live | None = None
 
-    def __enter__(self) -> "Dashboard":
+    def __enter__(self) -> Dashboard:
         if self.live_mode:
             self._live = Live(Group(self._bar, self._stats), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
@@ -46,8 +54,14 @@ class Dashboard:
         if self._live is not None:
             self._live.__exit__(*exc)
 
-    def update(self, done: int, snapshot: dict[str, Any], shares: Callable[[], dict[str, float]] | None = None,
-               force: bool = False, extra: Callable[[], str] | None = None) -> None:
+    def update(
+        self,
+        done: int,
+        snapshot: dict[str, Any],
+        shares: Callable[[], dict[str, float]] | None = None,
+        force: bool = False,
+        extra: Callable[[], str] | None = None,
+    ) -> None:
         """Show ``done`` out of ``total`` and the snapshot's figures (if the throttle allows).
 
         ``shares`` (and ``extra``, a further line of figures) are called only when the dashboard
@@ -74,7 +88,9 @@ class Dashboard:
             self._bar.update(self._task, completed=min(done, self.total))
             self._stats.plain = line
         else:
-            self.console.print(f"[{min(done, self.total):,}/{self.total:,} {self.unit}] {line}", highlight=False, soft_wrap=True)
+            self.console.print(
+                f"[{min(done, self.total):,}/{self.total:,} {self.unit}] {line}", highlight=False, soft_wrap=True
+            )
 
 
 class RunsProgress:
@@ -86,12 +102,18 @@ class RunsProgress:
     def __init__(self, label: str, total: int) -> None:
         from rich.progress import MofNCompleteColumn
 
-        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=Console(stderr=True))
+        self.bar = Progress(
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+        )
         self.task = self.bar.add_task("", total=total)
         self.started = False
 
-    def __enter__(self) -> "RunsProgress":
+    def __enter__(self) -> RunsProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:

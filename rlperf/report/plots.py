@@ -38,7 +38,7 @@ def sweep_plot(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], path: 
     markers = itertools.cycle("osD^v<>")
     for name, entries in lines.items():
         marker = next(markers)
-        for ax, (column, _) in zip(axes[0], PANELS):
+        for ax, (column, _) in zip(axes[0], PANELS, strict=True):
             pts = []
             for e in entries:
                 stat = e.get(column)
@@ -54,7 +54,7 @@ def sweep_plot(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], path: 
     values = [_number(e["params"].get(x_key)) for e in summary] if numeric else []
     positive = [v for v in values if v is not None and v > 0]
     log_x = numeric and len(positive) == len(values) and positive and max(positive) / min(positive) >= 10
-    for ax, (column, title) in zip(axes[0], PANELS):
+    for ax, (column, title) in zip(axes[0], PANELS, strict=True):
         ax.set_title(title)
         ax.set_xlabel(x_key or "")
         ax.grid(True, alpha=0.3)

@@ -11,12 +11,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 SPREAD_RULE = "median ± half the min–max range"
 
 
-def is_number(x: Any) -> bool:
+def is_number(x: Any) -> TypeGuard[int | float]:
     """A finite int or float (not a bool, not NaN or inf)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 

@@ -226,7 +226,7 @@ def shared_views(plan: Plan, flat: np.ndarray) -> list[torch.Tensor]:
 def shared_qnetwork(obs_shape: tuple[int, ...], hidden: list[int], views: list[torch.Tensor]) -> QNetwork:
     """The ``state_dict`` publish form's shared model: a Q-network whose tensors are the shared-memory weights."""
     model = QNetwork(obs_shape, 3, hidden)
-    for p, view in zip(model.parameters(), views):
+    for p, view in zip(model.parameters(), views, strict=True):
         p.data = view
     return model
 
@@ -239,11 +239,12 @@ class PolicySync:
         self.mode, self.check = a.publish, a.weight_check == "on"
         self.seq, self.ctrl, self.slot = SeqLock(arrays["ctrl"][CTRL_SEQ:CTRL_SEQ + 1]), arrays["ctrl"], None
         self.local = local
-        self.local_params = list(local.parameters())
+        self.local_params: list[torch.Tensor] = list(local.parameters())
         self.shared = shared_views(plan, arrays["weights"])
         if self.mode == "state_dict":
             self.shared_model = shared_qnetwork(plan.obs_shape, list(plan.cfg.agent.hidden), self.shared)
-        self.big = max(range(len(self.shared)), key=lambda i: self.shared[i].numel())  # the largest layer, the one the weight check compares
+        # The largest layer: the one the weight check compares.
+        self.big = max(range(len(self.shared)), key=lambda i: self.shared[i].numel())
         self.version, self.updates_at = -1, 0
         self.counts = {"syncs": 0, "torn_reads": 0, "check_s": 0.0}
 
@@ -279,7 +280,9 @@ class PolicySync:
         if counter % 2:
             self.counts["torn_reads"] += 1
             return False
-        cloned = {k: v.clone() for k, v in self.shared_model.state_dict().items()}  # a full state-dict clone per sync (docs/bottlenecks.md §18)
+        cloned = {
+            k: v.clone() for k, v in self.shared_model.state_dict().items()
+        }  # a full state-dict clone per sync (docs/bottlenecks.md §18)
         updates_at = int(self.ctrl[CTRL_PUBLISHED_AT])
         if self.seq.read() != counter:  # the learner wrote meanwhile: keep the old weights this step
             self.counts["torn_reads"] += 1

@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -85,14 +85,19 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None, **fla
     changed = _changed_keys(flat_keys(saved), flat_keys(cfg))
     if changed:
         key, old, new = changed[0]
-        raise RlperfError(f"--resume {run_dir}: {key} cannot change when resuming ({_show(old)} -> {_show(new)})",
-                          hint=f"a resume may change only {', '.join(sorted(RESUMABLE_KEYS))}; start a new run to change {key}")
+        raise RlperfError(
+            f"--resume {run_dir}: {key} cannot change when resuming ({_show(old)} -> {_show(new)})",
+            hint=f"a resume may change only {', '.join(sorted(RESUMABLE_KEYS))}; start a new run to change {key}",
+        )
     return cfg
 
 
 def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    return [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-            if k not in RESUMABLE_KEYS and old.get(k) != new.get(k)]
+    return [
+        (k, old.get(k), new.get(k))
+        for k in sorted(set(old) | set(new))
+        if k not in RESUMABLE_KEYS and old.get(k) != new.get(k)
+    ]
 
 
 def _show(value: Any) -> str:
@@ -106,43 +111,64 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         text = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise RlperfError(f"cannot read checkpoint {path}: {text}", hint="the file is damaged or was not written by rlperf") from None
+        raise RlperfError(
+            f"cannot read checkpoint {path}: {text}", hint="the file is damaged or was not written by rlperf"
+        ) from None
     schema = state.get("schema") if isinstance(state, dict) else None
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
         raise RlperfError(f"{path} is not an rlperf checkpoint (no schema version)", hint=_RUN_DIR_HINT)
     if schema > SCHEMA:
-        raise RlperfError(f"checkpoint {path} has schema {schema}, this rlperf reads <= {SCHEMA}", hint="upgrade rlperf to resume it")
+        raise RlperfError(
+            f"checkpoint {path} has schema {schema}, this rlperf reads <= {SCHEMA}", hint="upgrade rlperf to resume it"
+        )
     missing = [k for k in ("config", "agent", "buffer", "env", "progress", "timer", "rng", "run") if k not in state]
     if missing:
-        raise RlperfError(f"checkpoint {path} lacks {', '.join(missing)}", hint="it was written by an older rlperf; start a new run")
+        raise RlperfError(
+            f"checkpoint {path} lacks {', '.join(missing)}", hint="it was written by an older rlperf; start a new run"
+        )
     try:
         saved_cfg = Config.model_validate(state["config"])
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        raise RlperfError(f"checkpoint {path} holds a config this rlperf cannot read ({'.'.join(map(str, first['loc']))}: {first['msg']})",
-                          hint="resume it with the rlperf version that wrote it") from None
+        raise RlperfError(
+            f"checkpoint {path} holds a config this rlperf cannot read ({'.'.join(map(str, first['loc']))}: {first['msg']})",
+            hint="resume it with the rlperf version that wrote it",
+        ) from None
     changed = _changed_keys(flat_keys(saved_cfg), flat_keys(cfg))
     if changed:
         key, old, new = changed[0]
-        raise RlperfError(f"checkpoint {path} was written with {key}={_show(old)}, this config has {_show(new)}",
-                          hint=f"the config is incompatible with the checkpoint; resume with {run_dir / CONFIG_NAME} unchanged")
+        raise RlperfError(
+            f"checkpoint {path} was written with {key}={_show(old)}, this config has {_show(new)}",
+            hint=f"the config is incompatible with the checkpoint; resume with {run_dir / CONFIG_NAME} unchanged",
+        )
     if state["env"] is None:
-        raise RlperfError(f"run {run_dir} used env.backend={cfg.env.backend}, whose env state cannot be saved",
-                          hint="only env.backend=tensor runs can be resumed")
+        raise RlperfError(
+            f"run {run_dir} used env.backend={cfg.env.backend}, whose env state cannot be saved",
+            hint="only env.backend=tensor runs can be resumed",
+        )
     saved_device = torch.device(state["run"]["device"])
     if saved_device.type != device.type:
-        raise RlperfError(f"checkpoint {path} was written on {saved_device}, this run would use {device}",
-                          hint=f"pass --device {saved_device.type}")
+        raise RlperfError(
+            f"checkpoint {path} was written on {saved_device}, this run would use {device}",
+            hint=f"pass --device {saved_device.type}",
+        )
     p = state["progress"]
     t = cfg.train
     if (t.episodes > 0 and p["episodes"] >= t.episodes) or (t.steps > 0 and p["env_steps"] >= t.steps):
-        reached = f"train.episodes={t.episodes} ({p['episodes']} done)" if t.episodes > 0 else f"train.steps={t.steps} ({p['env_steps']} done)"
-        raise RlperfError(f"run {run_dir} already reached {reached}", hint="pass a larger --steps or --episodes to continue it")
+        reached = (
+            f"train.episodes={t.episodes} ({p['episodes']} done)"
+            if t.episodes > 0
+            else f"train.steps={t.steps} ({p['env_steps']} done)"
+        )
+        raise RlperfError(
+            f"run {run_dir} already reached {reached}", hint="pass a larger --steps or --episodes to continue it"
+        )
     return state
 
 
-def restore(state: dict[str, Any], run_dir: Path, env: Any, agent: Agent, buffer: ReplayBuffer, timer: PhaseTimer,
-             progress: Progress) -> RunHistory:
+def restore(
+    state: dict[str, Any], run_dir: Path, env: Any, agent: Agent, buffer: ReplayBuffer, timer: PhaseTimer, progress: Progress
+) -> RunHistory:
     """Load a checkpoint into freshly built parts; the global RNGs last, right before the loop."""
     try:
         agent.load_state_dict(state["agent"])
@@ -156,8 +182,10 @@ def restore(state: dict[str, Any], run_dir: Path, env: Any, agent: Agent, buffer
         raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         text = " ".join(str(exc).split())[:200]
-        raise RlperfError(f"checkpoint {run_dir / CHECKPOINT_NAME} does not fit this config: {text}",
-                          hint=f"resume with {run_dir / CONFIG_NAME} unchanged") from None
+        raise RlperfError(
+            f"checkpoint {run_dir / CHECKPOINT_NAME} does not fit this config: {text}",
+            hint=f"resume with {run_dir / CONFIG_NAME} unchanged",
+        ) from None
     return history
 
 
@@ -192,15 +220,18 @@ def tidy_for_resume(run_dir: Path, vector_steps: int) -> None:
         write_text_atomic(path, "".join(kept))
 
 
-
-
 def rng_state() -> dict[str, Any]:
     """Every global generator, in types ``torch.load(weights_only=True)`` accepts."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     return {
         "python": random.getstate(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.copy()), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.copy()),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
         # Only where CUDA is in use: asking for its generators would start a CUDA context in a CPU run.
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
@@ -219,8 +250,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(saved[: torch.cuda.device_count()])
 
 
-def checkpoint_state(cfg: Config, env: Any, agent: Agent, buffer: ReplayBuffer, timer: PhaseTimer, progress: Progress,
-                     history: RunHistory) -> dict[str, Any]:
+def checkpoint_state(
+    cfg: Config, env: Any, agent: Agent, buffer: ReplayBuffer, timer: PhaseTimer, progress: Progress, history: RunHistory
+) -> dict[str, Any]:
     """Everything a resume needs: model, target, optimizer, replay, env, RNGs, counters, timings."""
     return {
         "schema": SCHEMA,
@@ -233,8 +265,6 @@ def checkpoint_state(cfg: Config, env: Any, agent: Agent, buffer: ReplayBuffer, 
         "rng": rng_state(),
         "run": asdict(history),
     }
-
-
 
 
 class CheckpointWriter:
@@ -266,5 +296,3 @@ class CheckpointWriter:
         if self.env_steps is None:
             return None
         return {"file": CHECKPOINT_NAME, "env_steps": self.env_steps, "vector_steps": self.vector_steps}
-
-

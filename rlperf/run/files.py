@@ -139,7 +139,11 @@ class _TextSink:
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     data = text.encode("utf-8")
-    _write_atomic(path, lambda f: f.write(data))  # type: ignore[arg-type,return-value]
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    _write_atomic(path, write)
 
 
 def save_torch_atomic(path: str | Path, obj: Any) -> None:
@@ -254,5 +258,6 @@ def lock_run_dir(run_dir: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise RlperfError(f"run {run_dir} is in use by another rlperf process", hint="wait for it to end or stop it first") from None
+        raise RlperfError(f"run {run_dir} is in use by another rlperf process",
+                          hint="wait for it to end or stop it first") from None
     return fd

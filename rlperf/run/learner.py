@@ -113,18 +113,23 @@ def check_async(cfg: Config) -> None:
     """Refuse, with one line each, settings the async mode cannot honour."""
     a, b = cfg.async_, cfg.buffer
     if cfg.env.backend != "tensor":
-        raise ConfigError(f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",
-                          hint="use env.backend=tensor with run.mode=async")
+        raise ConfigError(
+            f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",
+            hint="use env.backend=tensor with run.mode=async",
+        )
     if b.storage == "list" or b.push == "loop":
         key = "buffer.storage=list" if b.storage == "list" else "buffer.push=loop"
-        raise ConfigError(f"{key} does not apply with run.mode=async: the replay is shared memory (async.buffer)",
-                          hint="use buffer.storage=tensor and buffer.push=batch, and async.buffer=locked|lockfree")
+        raise ConfigError(
+            f"{key} does not apply with run.mode=async: the replay is shared memory (async.buffer)",
+            hint="use buffer.storage=tensor and buffer.push=batch, and async.buffer=locked|lockfree",
+        )
     per_ring = b.capacity if a.buffer == "locked" else b.capacity // a.actors
     if per_ring < 2 * a.envs_per_actor or (a.buffer == "lockfree" and a.actors * (per_ring - a.envs_per_actor) < b.batch_size):
         raise ConfigError(
             f"buffer.capacity={b.capacity} is too small for {a.actors} actor(s) x {a.envs_per_actor} boards "
             f"({'one ring' if a.buffer == 'locked' else 'one ring per actor'} of {per_ring} slots)",
-            hint=f"raise buffer.capacity to at least {a.actors * (2 * a.envs_per_actor + b.batch_size)}")
+            hint=f"raise buffer.capacity to at least {a.actors * (2 * a.envs_per_actor + b.batch_size)}",
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,7 +140,7 @@ def publish_weights(mode: str, q: torch.nn.Module, shared: list[torch.Tensor], s
     """The learner's side of ``async.publish`` (the caller holds the seqlock)."""
     if mode == "shared":
         with torch.no_grad():
-            for view, p in zip(shared, q.parameters()):
+            for view, p in zip(shared, q.parameters(), strict=True):
                 view.copy_(p)
     else:  # the slow form: the whole state dict to the CPU, loaded into the shared model
         state_dict_cpu = {k: v.cpu() for k, v in q.state_dict().items()}
@@ -178,8 +183,9 @@ class Learner:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
 
-    def run(self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool,
-            kind: str) -> RunResult:
+    def run(
+        self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool, kind: str
+    ) -> RunResult:
         cfg = self.cfg = usable_async_config(self.cfg)
         self.obs_shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
         check_async(cfg)
@@ -194,7 +200,9 @@ class Learner:
             if free is not None and self.layout.nbytes > 0.9 * free:
                 raise MemoryRefused(
                     f"async replay needs {self.layout.nbytes / 2**20:.1f} MiB of shared memory, /dev/shm has "
-                    f"{free / 2**20:.1f} MiB free", hint="lower buffer.capacity, or enlarge /dev/shm (docker: --shm-size)")
+                    f"{free / 2**20:.1f} MiB free",
+                    hint="lower buffer.capacity, or enlarge /dev/shm (docker: --shm-size)",
+                )
             self.agent = Agent(cfg, self.obs_shape, self.device)
             self.learner_threads = learner_threads(cfg)
             torch.set_num_threads(self.learner_threads)
@@ -227,13 +235,30 @@ class Learner:
         ctx = spawn_context()
         lock = ctx.Lock() if a.buffer == "locked" else None
         self.wake = ctx.BoundedSemaphore(1) if a.wait == "event" else None
-        self.plan = Plan(cfg, self.segment.name, self.layout, self.obs_shape, self.ring_capacity,
-                         self.param_shapes, os.getpid(), lock, self.wake)
+        self.plan = Plan(
+            cfg,
+            self.segment.name,
+            self.layout,
+            self.obs_shape,
+            self.ring_capacity,
+            self.param_shapes,
+            os.getpid(),
+            lock,
+            self.wake,
+        )
         self.lock, self.ctx = lock, ctx
-        self.reader = ReplayReader(arrays, self.rings, self.ring_capacity, a.envs_per_actor, cfg.buffer.batch_size,
-                                   lock=lock, check=self._check_actors, seed=cfg.run.seed)
+        self.reader = ReplayReader(
+            arrays,
+            self.rings,
+            self.ring_capacity,
+            a.envs_per_actor,
+            cfg.buffer.batch_size,
+            lock=lock,
+            check=self._check_actors,
+            seed=cfg.run.seed,
+        )
         sampler = _Sampler(self.reader, self.device)
-        self.seq = SeqLock(self.ctrl[CTRL_SEQ:CTRL_SEQ + 1])
+        self.seq = SeqLock(self.ctrl[CTRL_SEQ : CTRL_SEQ + 1])
         self.shared = shared_views(self.plan, arrays["weights"])
         if a.publish == "state_dict":
             self.shared_model = shared_qnetwork(self.obs_shape, list(cfg.agent.hidden), self.shared)
@@ -286,8 +311,11 @@ class Learner:
                                 status, error = "diverged", f"mean loss became {self.progress.last_loss}"
                                 break
                     published = self.reader.published()
-                    owed = (int(t.train_ratio * ((published - starts) / n + 1)) - self.agent.updates
-                            if published >= starts and t.train_ratio > 0 else 0)
+                    owed = (
+                        int(t.train_ratio * ((published - starts) / n + 1)) - self.agent.updates
+                        if published >= starts and t.train_ratio > 0
+                        else 0
+                    )
                     if owed > 0 and sampler.ready():
                         t0 = time.perf_counter()
                         with self.timer.phase("train"):
@@ -363,8 +391,14 @@ class Learner:
             detected = time.monotonic()
             error = bytes(self.segment.arrays["errors"][i]).split(b"\0", 1)[0].decode(errors="replace")
             message = describe_exit(i, proc.pid, proc.exitcode, error)
-            detail = {"actor": i, "pid": proc.pid, "exit_code": proc.exitcode, "error": error or None,
-                      "detected_monotonic": detected, "env_steps": int(self.slots[:, SLOT["env_steps"]].sum())}
+            detail = {
+                "actor": i,
+                "pid": proc.pid,
+                "exit_code": proc.exitcode,
+                "error": error or None,
+                "detected_monotonic": detected,
+                "env_steps": int(self.slots[:, SLOT["env_steps"]].sum()),
+            }
             proc.join(0)
             if not self.cfg.async_.restart_actors or self.restarts[i] >= MAX_RESTARTS or self.stop():
                 if self.cfg.async_.restart_actors and self.restarts[i] >= MAX_RESTARTS:
@@ -390,7 +424,12 @@ class Learner:
             self.t_all_running = now
         if self.window_start is None and (self.slots[:, SLOT["measured_steps"]] > 0).all():
             s = self.slots
-            self.window_start = (now, int(s[:, SLOT["env_steps"]].sum()), self.agent.updates, int(s[:, SLOT["episodes"]].sum()))
+            self.window_start = (
+                now,
+                int(s[:, SLOT["env_steps"]].sum()),
+                self.agent.updates,
+                int(s[:, SLOT["episodes"]].sum()),
+            )
 
     def _stop_actors(self) -> None:
         """In order: the shared stop flag, a grace period, then SIGTERM, then SIGKILL."""
@@ -444,10 +483,18 @@ class Learner:
             self.metrics.write(row)
             if self.board.enabled:
                 done = p.episodes if self.board.unit == "episodes" else p.env_steps
-                self.board.update(done, {"episodes": p.episodes, "env_steps_per_s": row["env_steps_per_s"],
-                                         "updates_per_s": window.rate(window.updates) if window else 0.0,
-                                         "mean_score": p.mean_score, "epsilon": p.epsilon, "loss": p.last_loss},
-                                  extra=lambda: _metrics_line(self._async_metrics(time.perf_counter())))
+                self.board.update(
+                    done,
+                    {
+                        "episodes": p.episodes,
+                        "env_steps_per_s": row["env_steps_per_s"],
+                        "updates_per_s": window.rate(window.updates) if window else 0.0,
+                        "mean_score": p.mean_score,
+                        "epsilon": p.epsilon,
+                        "loss": p.last_loss,
+                    },
+                    extra=lambda: _metrics_line(self._async_metrics(time.perf_counter())),
+                )
         return finite
 
     def _window(self, t_end: float) -> Window:
@@ -455,13 +502,20 @@ class Learner:
         warm-up excluded, as a sync run excludes its warm-up steps)."""
         t0, env0, upd0, ep0 = self.window_start or (self.t_all_running or self.t_start, 0, 0, 0)
         s = self.slots
-        return Window(max(t_end - t0, 1e-9), int(s[:, SLOT["env_steps"]].sum()) - env0, self.agent.updates - upd0,
-                      int(s[:, SLOT["episodes"]].sum()) - ep0)
+        return Window(
+            max(t_end - t0, 1e-9),
+            int(s[:, SLOT["env_steps"]].sum()) - env0,
+            self.agent.updates - upd0,
+            int(s[:, SLOT["episodes"]].sum()) - ep0,
+        )
 
     def _async_metrics(self, t_end: float) -> dict[str, Any]:
         """The async metrics: experience rate, updates/s, waiting, lock wait, drops, staleness, utilisation."""
         a, s = self.cfg.async_, self.slots
-        col = lambda name: s[:, SLOT[name]]  # noqa: E731
+
+        def col(name: str) -> np.ndarray:
+            return s[:, SLOT[name]]
+
         env_steps, updates = int(col("env_steps").sum()), self.agent.updates
         t0, env0, upd0, _ = self.window_start or (self.t_all_running or self.t_start, 0, 0, 0)
         span = max(t_end - t0, 1e-9)
@@ -478,7 +532,8 @@ class Learner:
             "lock_wait_s": {"learner": rs.lock_wait_s, "actors": float(col("lock_wait_s").sum())},
             "lock_wait_ms_per_acquire": {
                 "learner": 1e3 * rs.lock_wait_s / rs.lock_acquires if rs.lock_acquires else 0.0,
-                "actors": 1e3 * float(col("lock_wait_s").sum()) / actor_acquires if actor_acquires else 0.0},
+                "actors": 1e3 * float(col("lock_wait_s").sum()) / actor_acquires if actor_acquires else 0.0,
+            },
             "overwritten": tracker.overwritten,
             "overwritten_unsampled": tracker.unsampled,
             "overwritten_unsampled_share": tracker.unsampled / tracker.overwritten if tracker.overwritten else 0.0,
@@ -486,11 +541,16 @@ class Learner:
             "staleness_versions": {"mean": float(col("stale_sum").sum() / steps), "max": float(col("stale_max").max())},
             "staleness_updates": {"mean": float(col("behind_sum").sum() / steps), "max": float(col("behind_max").max())},
             "learner_utilisation": self.busy_s / active if active else 0.0,
-            "publishes": self.publishes, "publish_s": self.publish_s,
-            "weight_syncs": int(col("syncs").sum()), "torn_weight_reads": int(col("torn_reads").sum()),
+            "publishes": self.publishes,
+            "publish_s": self.publish_s,
+            "weight_syncs": int(col("syncs").sum()),
+            "torn_weight_reads": int(col("torn_reads").sum()),
             "weight_check_s": float(col("check_s").sum()),
-            "weight_check_diff": ({"before": float(col("diff_before").mean()), "after": float(col("diff_after").mean())}
-                                  if a.weight_check == "on" else None),
+            "weight_check_diff": (
+                {"before": float(col("diff_before").mean()), "after": float(col("diff_after").mean())}
+                if a.weight_check == "on"
+                else None
+            ),
             "updates_per_s_window": (updates - upd0) / span,
         }
 
@@ -506,14 +566,25 @@ class Learner:
         for p in ACTOR_PHASES:
             total, n = float(s[:, SLOT[f"{p}_s"]].sum()), int(calls.sum())
             w = calls / calls.sum() if calls.sum() else np.zeros_like(calls)
-            actor[p] = {"total_s": total, "calls": n, "mean_ms": 1e3 * total / n if n else 0.0,
-                        "p50_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p50"]]).sum()),
-                        "p95_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p95"]]).sum()), "role": "actors"}
+            actor[p] = {
+                "total_s": total,
+                "calls": n,
+                "mean_ms": 1e3 * total / n if n else 0.0,
+                "p50_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p50"]]).sum()),
+                "p95_ms": 1e3 * float((w * s[:, SLOT[f"{p}_p95"]]).sum()),
+                "role": "actors",
+            }
         stats = self.timer.stats()
-        learner = {name: {**stats[name].as_dict(), "role": "learner"} for name in ("train", "log") if name in stats}
-        learner["wait"] = {"total_s": self.wait_s, "calls": self.waits,
-                           "mean_ms": 1e3 * self.wait_s / self.waits if self.waits else 0.0,
-                           "p50_ms": None, "p95_ms": None, "role": "learner"}
+        learner: dict[str, dict[str, Any]] = {
+            name: {**stats[name].as_dict(), "role": "learner"} for name in ("train", "log") if name in stats}
+        learner["wait"] = {
+            "total_s": self.wait_s,
+            "calls": self.waits,
+            "mean_ms": 1e3 * self.wait_s / self.waits if self.waits else 0.0,
+            "p50_ms": None,
+            "p95_ms": None,
+            "role": "learner",
+        }
         grand = sum(v["total_s"] for group in (actor, learner) for v in group.values())
         for group in (actor, learner):
             role_total = sum(v["total_s"] for v in group.values())
@@ -535,32 +606,76 @@ class Learner:
         timing = self.timer.to_dict()
         warmup_s = (self.window_start or (self.t_all_running or self.t_start,))[0] - self.t_start
         if cfg.train.checkpoint and status in ("completed", "interrupted"):
-            self.checkpoints.write({"schema": SCHEMA, "mode": "async", "config": config_to_dict(cfg),
-                                    "agent": self.agent.state_dict(), "progress": p.state_dict()}, p)
+            self.checkpoints.write(
+                {
+                    "schema": SCHEMA,
+                    "mode": "async",
+                    "config": config_to_dict(cfg),
+                    "agent": self.agent.state_dict(),
+                    "progress": p.state_dict(),
+                },
+                p,
+            )
         s = self.slots
         replay_bytes = self.rings * self.ring_capacity * (2 * 4 * int(np.prod(self.obs_shape)) + 8 + 4 + 4)
         record = build_record(
-            cfg=cfg, device=self.device, run_dir=self.run_dir, history=self.history, kind=self.kind, status=status,
-            progress=p, timing={**timing, "warmup_s": warmup_s}, window=window, wall_s=t_end - self.t_start,
-            phases=self._phases(), episode_length=p.episode_steps / self.episodes_seen if self.episodes_seen else None,
+            cfg=cfg,
+            device=self.device,
+            run_dir=self.run_dir,
+            history=self.history,
+            kind=self.kind,
+            status=status,
+            progress=p,
+            timing={**timing, "warmup_s": warmup_s},
+            window=window,
+            wall_s=t_end - self.t_start,
+            phases=self._phases(),
+            episode_length=p.episode_steps / self.episodes_seen if self.episodes_seen else None,
             rss_scope=self.rss_scope,
-            memory={"replay_mb": replay_bytes / 2**20, "shared_mb": self.layout.nbytes / 2**20,
-                    "actors_peak_rss_mb": float(s[:, SLOT["peak_rss_mb"]].sum())},
-            checkpoint=self.checkpoints.describe(), error=error)
+            memory={
+                "replay_mb": replay_bytes / 2**20,
+                "shared_mb": self.layout.nbytes / 2**20,
+                "actors_peak_rss_mb": float(s[:, SLOT["peak_rss_mb"]].sum()),
+            },
+            checkpoint=self.checkpoints.describe(),
+            error=error,
+        )
         record["async"] = {
-            "actors": a.actors, "envs_per_actor": a.envs_per_actor, "boards": a.actors * a.envs_per_actor,
-            "learner_threads": self.learner_threads, "buffer": a.buffer, "wait": a.wait, "weight_check": a.weight_check,
-            "publish": a.publish, "publish_every": a.publish_every, "restart_actors": a.restart_actors,
+            "actors": a.actors,
+            "envs_per_actor": a.envs_per_actor,
+            "boards": a.actors * a.envs_per_actor,
+            "learner_threads": self.learner_threads,
+            "buffer": a.buffer,
+            "wait": a.wait,
+            "weight_check": a.weight_check,
+            "publish": a.publish,
+            "publish_every": a.publish_every,
+            "restart_actors": a.restart_actors,
             **{k: v for k, v in m.items() if k != "updates_per_s_window"},
             "startup_s": (self.t_all_running - self.t_start) if self.t_all_running else None,
-            "restarts": sum(self.restarts), "restart_events": self.restart_events, "failure": self.failure,
-            "episodes_not_read": self.episodes_lost, "stale_segments_removed": self.stale_removed,
-            "replay": {"rings": self.rings, "ring_capacity": self.ring_capacity, "segment": self.segment.name,
-                       "storage": "host shared memory, copied to the learner's device per sample"},
-            "per_actor": [{"index": i, "pids": self.pids[i], "exit_code": self.exit_codes[i],
-                           "restarts": self.restarts[i], "env_steps": int(s[i, SLOT["env_steps"]]),
-                           "episodes": int(s[i, SLOT["episodes"]]), "lock_wait_s": float(s[i, SLOT["lock_wait_s"]])}
-                          for i in range(a.actors)],
+            "restarts": sum(self.restarts),
+            "restart_events": self.restart_events,
+            "failure": self.failure,
+            "episodes_not_read": self.episodes_lost,
+            "stale_segments_removed": self.stale_removed,
+            "replay": {
+                "rings": self.rings,
+                "ring_capacity": self.ring_capacity,
+                "segment": self.segment.name,
+                "storage": "host shared memory, copied to the learner's device per sample",
+            },
+            "per_actor": [
+                {
+                    "index": i,
+                    "pids": self.pids[i],
+                    "exit_code": self.exit_codes[i],
+                    "restarts": self.restarts[i],
+                    "env_steps": int(s[i, SLOT["env_steps"]]),
+                    "episodes": int(s[i, SLOT["episodes"]]),
+                    "lock_wait_s": float(s[i, SLOT["lock_wait_s"]]),
+                }
+                for i in range(a.actors)
+            ],
         }
         write_json_atomic(self.run_dir / RECORD_NAME, record)
         if self.board.enabled:
@@ -576,10 +691,12 @@ class Learner:
 
 
 def _metrics_line(m: dict[str, Any]) -> str:
-    return (f"async: exp/s {m['experience_rate']:,.0f}  learner upd/s {m['learner_updates_per_s']:,.1f}  "
-            f"wait {m['wait_for_data_share'] * 100:.0f}%  lock wait {sum(m['lock_wait_s'].values()):.2f}s  "
-            f"dropped {m['overwritten_unsampled']:,}  stale {m['staleness_updates']['mean']:.1f} upd  "
-            f"util {m['learner_utilisation'] * 100:.0f}%")
+    return (
+        f"async: exp/s {m['experience_rate']:,.0f}  learner upd/s {m['learner_updates_per_s']:,.1f}  "
+        f"wait {m['wait_for_data_share'] * 100:.0f}%  lock wait {sum(m['lock_wait_s'].values()):.2f}s  "
+        f"dropped {m['overwritten_unsampled']:,}  stale {m['staleness_updates']['mean']:.1f} upd  "
+        f"util {m['learner_utilisation'] * 100:.0f}%"
+    )
 
 
 def async_table(m: dict[str, Any]) -> Any:
@@ -596,8 +713,11 @@ def async_table(m: dict[str, Any]) -> Any:
         ("waiting for data", f"{m['wait_for_data_s']:.2f} s ({m['wait_for_data_share'] * 100:.0f}%)"),
         ("lock wait (learner / actors)", f"{m['lock_wait_s']['learner']:.3f} s / {m['lock_wait_s']['actors']:.3f} s"),
         ("overwritten unsampled", f"{m['overwritten_unsampled']:,} of {m['overwritten']:,}"),
-        ("staleness (versions / updates)", f"{m['staleness_versions']['mean']:.2f} / {m['staleness_updates']['mean']:.1f}"
-                                           f" (max {m['staleness_updates']['max']:.0f})"),
+        (
+            "staleness (versions / updates)",
+            f"{m['staleness_versions']['mean']:.2f} / {m['staleness_updates']['mean']:.1f}"
+            f" (max {m['staleness_updates']['max']:.0f})",
+        ),
         ("weight syncs / publishes", f"{m['weight_syncs']:,} / {m['publishes']:,}"),
         ("actor restarts", f"{m['restarts']}"),
     ]
@@ -639,6 +759,7 @@ def describe_exit(index: int, pid: int, code: int | None, error: str) -> str:
 
 def register_cleanup(procs: list[Any], segment: Segment) -> Any:
     """atexit safety net (an exception path that skipped the finally): kill live actors, unlink the segment."""
+
     def cleanup() -> None:
         for proc in procs:
             if proc is not None and proc.is_alive():

@@ -43,7 +43,7 @@ METRICS_FIELDS = (
 
 def now() -> str:
     """The current UTC time as an ISO 8601 string (seconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def finite(x: float) -> float | None:

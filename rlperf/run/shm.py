@@ -135,8 +135,9 @@ class _SharedMemory(shared_memory.SharedMemory):
         try:
             super().close()
         except BufferError:
-            if self._fd >= 0:
-                os.close(self._fd)
+            fd: int = getattr(self, "_fd", -1)
+            if fd >= 0:
+                os.close(fd)
                 self._fd = -1
 
 
@@ -235,7 +236,7 @@ class RingWriter:
         w = int(self._widx[ring])
         start = ring * cap + w % cap
         first = min(n, cap - w % cap)
-        for name, values in zip(FIELDS, (obs, action, reward, next_obs, done)):
+        for name, values in zip(FIELDS, (obs, action, reward, next_obs, done), strict=True):
             dst = self._a[name]
             dst[start:start + first] = values[:first]
             if first < n:  # wrap around to the ring's first slot
@@ -395,10 +396,10 @@ class UnsampledTracker:
             if gone_hi > gone_lo:
                 self.overwritten += gone_hi - gone_lo
                 visible_hi = min(gone_hi, old)  # was in the ring at the last look
-                for a, b in _slot_ranges(ring, cap, gone_lo, visible_hi):
+                for a, b in _slot_ranges(int(ring), cap, gone_lo, visible_hi):
                     self.unsampled += (b - a) - int(np.count_nonzero(self.sampled[a:b]))
                 self.unsampled += max(0, gone_hi - old)
-            for a, b in _slot_ranges(ring, cap, max(old, new - cap), new):
+            for a, b in _slot_ranges(int(ring), cap, max(old, new - cap), new):
                 self.sampled[a:b] = False
             self.seen[ring] = new
 
