@@ -40,7 +40,7 @@ SYSTEM = {"rlperf": "0.1.0", "torch": "2.13.0", "device": "cpu", "device_name": 
 
 
 def record(env_rate: float = 1000.0, s_per_1000: float = 10.0, score: float = 1.0, train_s: float = 2.0,
-           rss: float = 500.0, **system: object) -> dict:
+           rss: float = 500.0, rss_scope: str = "run", **system: object) -> dict:
     """A synthetic run record with the sections compare reads."""
     return {
         "schema": 1,
@@ -53,7 +53,7 @@ def record(env_rate: float = 1000.0, s_per_1000: float = 10.0, score: float = 1.
         },
         "throughput": {"env_steps_per_s": env_rate, "updates_per_s": env_rate / 10, "s_per_1000_episodes": s_per_1000},
         "learning": {"mean_score_last_100": score},
-        "memory": {"peak_rss_mb": rss, "peak_cuda_mb": None},
+        "memory": {"peak_rss_mb": rss, "rss_scope": rss_scope, "peak_cuda_mb": None},
     }
 
 
@@ -114,6 +114,17 @@ def test_ratio_column_against_the_first_run() -> None:
     assert text_row(text, "mean score (last 100)")[-1] == "+0.500"
     assert text_row(text, "peak RSS")[-1] == "-20%"
     assert "fast vs naive" in text and "× = speed-up over naive" in text
+
+
+def test_a_process_wide_rss_peak_is_shown_but_never_compared() -> None:
+    # Where the peak could not be reset per run, runs in one process share one peak: no ratio, no best.
+    a = Side("big", "a", [record(rss=3197.0, rss_scope="process")])
+    b = Side("small", "b", [record(rss=3197.0, rss_scope="run")])
+    c = compare([a, b])
+    rss = row(c, "peak_rss_mb")
+    assert rss["label"] == "peak RSS (process so far)" and rss["ratios"] == [None] and rss["best"] is None
+    text = render_to_str(compare_table(c), width=120)
+    assert text_row(text, "peak RSS (process so far)")[-1] == "–"
 
 
 def test_noise_marking_overlapping_vs_separate_spreads() -> None:

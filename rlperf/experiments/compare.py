@@ -13,15 +13,12 @@ with ``--vs key=value`` variants of one config. Nothing here knows about Typer.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.table import Table
 from rich.text import Text
 
@@ -29,6 +26,7 @@ from rlperf.config import Config, apply_overrides
 from rlperf.errors import RlperfError
 from rlperf.report.stats import SPREAD_RULE, Summary, is_number, overlaps, summarize
 from rlperf.report.units import MISSING, format_number, pick_unit
+from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import RECORD_NAME, make_run_dir, read_record
 from rlperf.timers import PHASES
 
@@ -126,19 +124,23 @@ def compare(sides: Sequence[Side]) -> dict[str, Any]:
     rows = []
     for metric in metrics_for(all_records):
         cells = [summarize([metric.value(r) for r in s.records]) for s in sides]
-        rows.append(
-            {
-                "metric": metric.key,
-                "label": metric.label,
-                "group": metric.path[0],
-                "kind": metric.kind,
-                "better": metric.better,
-                "cells": [c.as_dict() if c else None for c in cells],
-                "shares": _shares(metric, sides),
-                "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:], strict=True)],
-                "best": _best(metric, cells),
-            }
-        )
+        row: dict[str, Any] = {
+            "metric": metric.key,
+            "label": metric.label,
+            "group": metric.path[0],
+            "kind": metric.kind,
+            "better": metric.better,
+            "cells": [c.as_dict() if c else None for c in cells],
+            "shares": _shares(metric, sides),
+            "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:], strict=True)],
+            "best": _best(metric, cells),
+        }
+        if metric.key == "peak_rss_mb" and not all(_rss_per_run(r) for r in all_records):
+            # A process's peak so far says nothing about one run of several: shown, never compared.
+            row["label"] = "peak RSS (process so far)"
+            row["ratios"] = [None] * (len(sides) - 1)
+            row["best"] = None
+        rows.append(row)
     return {
         "schema": SCHEMA,
         "kind": "compare",
@@ -160,6 +162,11 @@ def compare(sides: Sequence[Side]) -> dict[str, Any]:
         "rows": rows,
         "warnings": comparability_warnings(sides),
     }
+
+
+def _rss_per_run(record: Mapping[str, Any]) -> bool:
+    """Whether a record's peak RSS is its own run's (reset at the run's start), not its process's."""
+    return (record.get("memory") or {}).get("rss_scope") == "run"
 
 
 def _shares(metric: Metric, sides: Sequence[Side]) -> list[float | None] | None:
@@ -271,7 +278,9 @@ def _render_row(row: Mapping[str, Any]) -> list[Text | str]:
     return out
 
 
-def _render_ratio(ratio: Mapping[str, Any], row: Mapping[str, Any], scale: float) -> Text | str:
+def _render_ratio(ratio: Mapping[str, Any] | None, row: Mapping[str, Any], scale: float) -> Text | str:
+    if ratio is None:
+        return MISSING
     value, spread = ratio["value"], ratio.get("spread")
     if value is None:
         return MISSING
@@ -425,7 +434,7 @@ def run_sources(
                 cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k else s.config
                 if on_run:
                     on_run(s.label, k, "start")
-                with run_isolation():
+                with thread_settings_restored():
                     result = train_run(
                         cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True, dashboard=False, kind="compare"
                     )
@@ -437,24 +446,6 @@ def run_sources(
     except KeyboardInterrupt:
         interrupted = True
     return sides, interrupted
-
-
-@contextlib.contextmanager
-def run_isolation() -> Iterator[None]:
-    """Undo the process-wide settings a run may change (torch threads, OMP/MKL variables), so
-    that the next run of a sweep or comparison in this process starts from the same state.
-    (Peak RSS cannot be reset: it stays the process's peak so far.)"""
-    threads = torch.get_num_threads()
-    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _dir_name(label: str) -> str:

@@ -34,11 +34,12 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rlperf.experiments.compare import run_isolation, variant
+from rlperf.experiments.compare import variant
 from rlperf.report.stats import SPREAD_RULE, summarize
 from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.config import Config, apply_overrides, config_to_dict, flat_keys, loads_config, to_toml
 from rlperf.errors import ConfigError, RlperfError
+from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import make_run_dir, read_record, write_json_atomic, write_text_atomic
 from rlperf.timers import PHASES
 
@@ -297,7 +298,7 @@ def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | No
         assert t.config is not None
         notify("start", t)
         try:
-            with run_isolation():
+            with thread_settings_restored():
                 run = train_run(
                     t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False, kind="sweep"
                 )

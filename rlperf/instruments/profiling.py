@@ -48,7 +48,6 @@ from rlperf.instruments.profilers import (
 )
 from rlperf.run.files import write_json_atomic
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
-import itertools
 
 DEFAULT_EPISODES = 100
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)

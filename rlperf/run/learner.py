@@ -172,6 +172,8 @@ class _Sampler:
         return self.reader.sample() is not None
 
     def sample(self, batch_size: int) -> Batch:
+        if batch_size != self.reader.batch:
+            raise ValueError(f"the shared replay stages batches of {self.reader.batch}, not {batch_size}")
         if self.device.type == "cpu":
             return self._host  # on the CPU the staging arrays are the batch
         return Batch(*(x.to(self.device) for x in self._host))

@@ -3,7 +3,8 @@
 Everything lives in numpy views over one ``multiprocessing.shared_memory`` segment per run, named
 ``rlperf_<pid>_<token>_<part>`` after the learner that created it, so a segment left behind by a
 killed run is recognised (its pid is dead) and removed by :func:`cleanup_stale` at the next start.
-Numpy only, no torch: a process that only writes transitions starts in a fraction of a second.
+The module itself needs only numpy: the arrays are plain views, and the processes that use them
+bring their own torch (the actors act with a policy, the learner trains).
 
 The replay comes in the two forms of the ``async.buffer`` knob (docs/bottlenecks.md §15):
 
