@@ -138,8 +138,13 @@ class Agent:
         self.forward, self.target_forward = self._compiled(t.compile)
         # The Q-network has no dropout or batch norm, so train and eval mode compute the same thing:
         # what the knob switches is whether autograd records a graph during action selection.
+        # A module compiled with CUDA graphs (reduce-overhead, max-autotune) must not be first called
+        # under inference_mode and then trained: the graph's static inputs would be inference tensors,
+        # which autograd refuses to save. no_grad records no graph either and mixes with training.
+        graphs = t.compile in ("reduce-overhead", "max-autotune")
+        no_grad = torch.no_grad if graphs else torch.inference_mode
         self._inference: Callable[[], contextlib.AbstractContextManager[Any]] = (
-            torch.inference_mode if a.inference == "no_grad" else contextlib.nullcontext
+            no_grad if a.inference == "no_grad" else contextlib.nullcontext
         )
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.amp)
         self._autocast: Callable[[], contextlib.AbstractContextManager[Any]] = (
@@ -407,6 +412,9 @@ def run_loop(
                         progress.loss_count = 0
                         if not math.isfinite(progress.last_loss):
                             progress.status = "diverged"
+                    # CUDA events mode: resolve the interval's event pairs here, where the loss read
+                    # has synchronised anyway, not when the pending list overflows mid-phase.
+                    timer.flush()
                     on_log(progress)
             timer.step_done()
             if on_step is not None:

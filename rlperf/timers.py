@@ -12,7 +12,8 @@ Modes (recorded as ``timer.mode``, printed with every phase table):
   times a step (it perturbs what it measures: overlap between phases is lost).
 - ``events`` -- CUDA (what ``auto`` picks there): a pair of ``torch.cuda.Event`` per entry,
   recorded on the current stream and resolved in :meth:`PhaseTimer.flush`, which the trainer calls
-  in its log phase. No host sync on the hot path.
+  in its log phase at every log boundary (the sync loop and the async learner alike; the pending
+  cap below is only a safety net). No host sync on the hot path.
 - ``off``    -- ``phase()`` returns one shared ``nullcontext``; nothing is allocated or recorded.
 
 The first ``warmup_steps`` vector steps (counted by :meth:`PhaseTimer.step_done`) are warm-up:

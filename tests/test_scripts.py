@@ -111,19 +111,51 @@ def test_bench_limits_quick() -> None:
 
 
 def test_bench_gpu_pipeline_on_cpu(tmp_path: Path) -> None:
-    """The GPU script's whole pipeline, on the CPU with tiny sizes: one well-formed results file."""
-    out = tmp_path / "results.json"
+    """The GPU script's parts, on the CPU with tiny sizes: one well-formed file per part."""
     env = {**os.environ, "DEVICE": "cpu", "QUICK": "1", "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), str(out)], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), "all", str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["device"] == "cpu" and result["gpu"] is None
-    assert set(result["parts"]) == {"env", "replay", "limits", "train", "timers"}
-    assert all(part["exit_code"] == 0 for part in result["parts"].values())
-    assert result["parts"]["env"]["results"]["tensor"] and result["parts"]["limits"]["results"]["rows"]
-    assert "ns/phase" in result["parts"]["timers"]["text"]
-    assert not list(tmp_path.glob("*.tmp"))
+    parts = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(parts) == {"env", "limits", "replay", "train_knobs", "timers_sync", "timers_events", "default_run"}
+    assert all(part["exit_code"] == 0 and part["device"] == "cpu" and part["gpu"] is None for part in parts.values())
+    assert parts["env"]["results"]["tensor"] and parts["limits"]["results"]["rows"]
+    assert "ns/phase" in parts["timers_sync"]["text"]
+    assert parts["default_run"]["results"]["status"] == "completed"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+SHIM = """#!/usr/bin/env bash
+# A python that fails the way a part can fail: {when} -> exit {code}; everything else runs for real.
+for arg in "$@"; do
+    if [[ "$arg" == {when} ]]; then {action}; fi
+done
+exec {python} "$@"
+"""
+
+
+@pytest.mark.parametrize(("part", "when", "action", "code"), [
+    ("replay", "*bench_replay.py", "echo boom >&2; exit 3", 3),  # a benchmark that crashes
+    ("tests_cuda", "pytest", "echo '1 failed, 2 passed'; exit 1", 1),  # a failing CUDA test fails the part
+    ("tests_cuda", "pytest", "echo '27 skipped in 1.0s'; exit 0", 5),  # all skipped: nothing checked, a failure
+])
+def test_bench_gpu_part_fails_with_its_exit_code(tmp_path: Path, part: str, when: str, action: str, code: int) -> None:
+    shim = tmp_path / "python"
+    shim.write_text(SHIM.format(when=when, action=action, code=code, python=sys.executable))
+    shim.chmod(0o755)
+    env = {**os.environ, "DEVICE": "cpu", "QUICK": "1", "PYTHON": str(shim)}
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), part, str(out)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    entry = json.loads((out / f"{part}.json").read_text())
+    assert entry["exit_code"] == code and entry["part"] == part
+
+
+def test_bench_gpu_refuses_an_unknown_part(tmp_path: Path) -> None:
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), "nope", str(tmp_path / "o")], capture_output=True,
+                          text=True, env={**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable}, timeout=60)
+    assert proc.returncode == 2 and "unknown part 'nope'" in proc.stderr and not (tmp_path / "o").exists()
 
 
 def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
@@ -133,7 +165,7 @@ def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), str(tmp_path / "r.json")], capture_output=True,
+    proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), "env", str(tmp_path / "r")], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "CUDA is not available" in proc.stderr
-    assert not (tmp_path / "r.json").exists()
+    assert not (tmp_path / "r").exists()

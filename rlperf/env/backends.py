@@ -28,8 +28,13 @@ class GymVectorBackend:
 
     def __init__(self, kind: str, num_envs: int, device: torch.device, **env_kwargs: Any) -> None:
         fns = [lambda: SnakeEnv(**env_kwargs) for _ in range(num_envs)]
-        vector_cls = gymnasium.vector.SyncVectorEnv if kind == "gym-sync" else gymnasium.vector.AsyncVectorEnv
-        self.envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        if kind == "gym-sync":
+            self.envs: gymnasium.vector.VectorEnv = gymnasium.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            # A process forked after CUDA is initialised inherits a CUDA context it cannot use: start the
+            # workers from a fork server (a clean process) then. Plain fork is faster where CUDA is unused.
+            context = "forkserver" if torch.cuda.is_initialized() else None
+            self.envs = gymnasium.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context=context)
         self.num_envs = num_envs
         self.device = device
         self.single_observation_space = self.envs.single_observation_space

@@ -136,12 +136,17 @@ def check_async(cfg: Config) -> None:
 # Learner (the main process)
 
 
-def publish_weights(mode: str, q: torch.nn.Module, shared: list[torch.Tensor], shared_model: Any = None) -> None:
-    """The learner's side of ``async.publish`` (the caller holds the seqlock)."""
+def publish_weights(mode: str, q: torch.nn.Module, shared: list[torch.Tensor], shared_model: Any = None,
+                    flat: torch.Tensor | None = None) -> None:
+    """The learner's side of ``async.publish`` (the caller holds the seqlock). ``flat`` is the one
+    shared tensor the ``shared`` views are slices of: from a GPU, the weights go in one copy."""
     if mode == "shared":
         with torch.no_grad():
-            for view, p in zip(shared, q.parameters(), strict=True):
-                view.copy_(p)
+            params: list[torch.Tensor] = list(q.parameters())
+            if flat is not None and params[0].device.type == "cuda":
+                flat.copy_(torch.cat([p.reshape(-1) for p in params]))  # one device-to-host copy, not one per tensor
+            else:
+                torch._foreach_copy_(shared, params)
     else:  # the slow form: the whole state dict to the CPU, loaded into the shared model
         state_dict_cpu = {k: v.cpu() for k, v in q.state_dict().items()}
         shared_model.load_state_dict(state_dict_cpu)
@@ -155,28 +160,50 @@ class ActorFailure(RuntimeError):
         self.detail = detail
 
 
+STAGED = ("obs", "action", "reward", "next_obs", "done")
+
+
+def staging_arrays(arrays: dict[str, np.ndarray], batch: int, device: torch.device) -> dict[str, np.ndarray] | None:
+    """Where a sample is gathered on the host: page-locked memory when the learner is on a GPU, so the
+    copy to the device is one asynchronous transfer per field (None: the reader allocates plain arrays)."""
+    if device.type != "cuda":
+        return None
+    return {name: torch.empty((batch, *arrays[name].shape[1:]), dtype=torch.from_numpy(arrays[name][:0]).dtype,
+                              pin_memory=True).numpy() for name in STAGED}
+
+
 class _Sampler:
     """What :meth:`rlperf.dqn.Agent.update` samples from: the shared replay, staged on the learner's device.
 
     :meth:`ready` draws the next batch into the reader's staging arrays; :meth:`sample` hands it
-    over (the batch size is the reader's, fixed when the run starts).
+    over (the batch size is the reader's, fixed when the run starts). On the CPU the staging arrays
+    are the batch. On a GPU they are pinned, copied without blocking into fixed device tensors, and
+    the next :meth:`ready` waits for that copy before the reader overwrites them.
     """
 
     def __init__(self, reader: ReplayReader, device: torch.device) -> None:
         self.reader, self.device = reader, device
-        out = reader.out
-        self._host = Batch(*(torch.from_numpy(out[k]) for k in ("obs", "action", "reward", "next_obs", "done")))
+        self._host = Batch(*(torch.from_numpy(reader.out[k]) for k in STAGED))
+        self._device = Batch(*(torch.empty_like(x, device=device) for x in self._host)) if device.type == "cuda" else None
+        self._copied: Any = None  # the CUDA event after the last copy
 
     def ready(self) -> bool:
         """Draw the next batch now; False when the replay cannot give one yet."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
         return self.reader.sample() is not None
 
     def sample(self, batch_size: int) -> Batch:
         if batch_size != self.reader.batch:
             raise ValueError(f"the shared replay stages batches of {self.reader.batch}, not {batch_size}")
-        if self.device.type == "cpu":
-            return self._host  # on the CPU the staging arrays are the batch
-        return Batch(*(x.to(self.device) for x in self._host))
+        if self._device is None:
+            return self._host
+        for dst, src in zip(self._device, self._host, strict=True):
+            dst.copy_(src, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return self._device
 
 
 class Learner:
@@ -258,6 +285,7 @@ class Learner:
             lock=lock,
             check=self._check_actors,
             seed=cfg.run.seed,
+            out=staging_arrays(arrays, cfg.buffer.batch_size, self.device),
         )
         sampler = _Sampler(self.reader, self.device)
         self.seq = SeqLock(self.ctrl[CTRL_SEQ : CTRL_SEQ + 1])
@@ -367,7 +395,8 @@ class Learner:
         """Weights to the actors, as ``async.publish`` says, under the seqlock."""
         t0 = time.perf_counter()
         self.seq.begin()
-        publish_weights(self.cfg.async_.publish, self.agent.q, self.shared, getattr(self, "shared_model", None))
+        publish_weights(self.cfg.async_.publish, self.agent.q, self.shared, getattr(self, "shared_model", None),
+                        torch.from_numpy(self.segment.arrays["weights"]))
         self.ctrl[CTRL_PUBLISHED_AT] = self.agent.updates
         self.seq.end()
         self.publishes += 1
@@ -455,6 +484,7 @@ class Learner:
 
     def _log(self) -> bool:
         """Read finished episodes and the mean loss; a row for metrics.csv and the dashboard. False: diverged."""
+        self.timer.flush()  # CUDA events mode: resolve the interval's pairs off the update path
         with self.timer.phase("log"):
             p, s = self.progress, self.slots
             episodes = self.segment.arrays["episodes"]

@@ -215,9 +215,10 @@ class SyncRun:
         self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, p if resumed else None)
         total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
         self.board = Dashboard(total, unit, enabled=show)
-        obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
         status, error, failure = "completed", None, None
         try:
+            # Inside the handler: a reset can run out of memory too (a large N on a GPU).
+            obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
             with self.board, self.hooks.around_loop():
                 run_loop(cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
                          should_stop=self.stop, on_step=self.on_step)

@@ -265,7 +265,7 @@ class ReplayReader:
 
     def __init__(self, arrays: dict[str, np.ndarray], rings: int, capacity: int, chunk: int, batch: int,
                  lock: Any = None, check: Callable[[], None] = lambda: None, lock_timeout_s: float = 30.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, out: dict[str, np.ndarray] | None = None) -> None:
         self._a = arrays
         self._widx = arrays["widx"]
         self.rings = 1 if lock is not None else rings
@@ -276,7 +276,8 @@ class ReplayReader:
         self._check = check
         self._lock_timeout_s = lock_timeout_s
         self.rng = np.random.default_rng(seed)
-        self.out = {name: np.empty((batch, *arrays[name].shape[1:]), dtype=arrays[name].dtype) for name in FIELDS}
+        # Staging arrays a sample is gathered into (``out``: the caller's, e.g. pinned host memory).
+        self.out = out or {name: np.empty((batch, *arrays[name].shape[1:]), dtype=arrays[name].dtype) for name in FIELDS}
         self.stats = SampleStats()
         self.tracker = UnsampledTracker(self.rings, capacity)
 
