@@ -34,7 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -140,21 +140,29 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         held.callback(os.close, lock_run_dir(run_dir))
     else:
         tidy_for_resume(run_dir, progress.vector_steps)
-    run = SyncRun(cfg, device, run_dir, kind, env, buffer, agent, timer, progress, history, hooks, stop)
+    run = SyncRun(cfg=cfg, device=device, run_dir=run_dir, kind=kind, env=env, buffer=buffer, agent=agent, timer=timer,
+                  progress=progress, history=history, hooks=hooks, stop=stop)
     return run.run(resumed=saved is not None, show=show and not quiet)
 
 
+@dataclass(kw_only=True)
 class SyncRun:
     """A single-process run, from its first step to its record: the loop's callbacks (metrics rows,
     the dashboard, periodic checkpoints, the warm-up boundary) and the ending."""
 
-    def __init__(self, cfg: Config, device: torch.device, run_dir: Path, kind: str, env: Any, buffer: ReplayBuffer,
-                 agent: Agent, timer: PhaseTimer, progress: Progress, history: RunHistory, hooks: RunHooks,
-                 stop: StopSignal) -> None:
-        self.cfg, self.device, self.run_dir, self.kind = cfg, device, run_dir, kind
-        self.env, self.buffer, self.agent, self.timer, self.progress = env, buffer, agent, timer, progress
-        self.history, self.hooks, self.stop = history, hooks, stop
-        self.started = time.perf_counter()
+    cfg: Config
+    device: torch.device
+    run_dir: Path
+    kind: str
+    env: Any
+    buffer: ReplayBuffer
+    agent: Agent
+    timer: PhaseTimer
+    progress: Progress
+    history: RunHistory
+    hooks: RunHooks
+    stop: StopSignal
+    started: float = field(default_factory=time.perf_counter)
 
     # -- the loop's callbacks --------------------------------------------------------------------
 
