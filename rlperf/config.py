@@ -52,12 +52,17 @@ def _cross_field(message: str, hint: str) -> PydanticCustomError:
     return PydanticCustomError("cross_field", message, {"hint": hint})
 
 
+SEED_MAX = 2**63 - 1
+"""The largest ``run.seed``: seeds derived from it (repeat k's ``seed + k``, the actors' offsets) stay
+inside the unsigned 64-bit range torch and NumPy accept."""
+
+
 class RunConfig(BaseModel):
     """Where and how the run executes."""
 
     model_config = _MODEL
 
-    seed: int = Field(0, description="seed for the envs, the network and ε-greedy")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for the envs, the network and ε-greedy, 0 to 2**63-1")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
     threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default (docs/bottlenecks.md §14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
@@ -210,6 +215,11 @@ class AsyncConfig(BaseModel):
     )
     publish_every: int = Field(10, ge=1, description="learner updates between weight publications")
     restart_actors: bool = Field(False, description="restart an actor that dies instead of ending the run")
+    stall_timeout_s: float = Field(
+        10.0, gt=0,
+        description="an actor that takes no step for this many seconds (alive but stuck: stopped, hung) is killed "
+        "and handled like one that died",
+    )
 
 
 class Config(BaseModel):
@@ -301,6 +311,23 @@ def config_from(path: str | Path | None = None, overrides: list[str] | None = No
         section, key = _FLAGS[name].split(".")
         data.setdefault(section, {})[key] = value
     return _build(data, source if not (overrides or given) else f"{source} with overrides")
+
+
+def check_override_value(cfg: Config, item: str) -> None:
+    """Refuse ``"section.key=value"`` when the value cannot be that key's whatever the other keys are
+    (wrong type, out of range, not a choice): a sweep refuses such a value before any trial runs.
+    What depends on other keys (``buffer.capacity`` below ``buffer.batch_size``) is left to the
+    whole config, grid point by grid point."""
+    key, value = _split_override(item)
+    section, name = key.split(".")
+    data = {**config_to_dict(cfg)[section], name: value}
+    try:
+        _SECTIONS[section].model_validate(data)
+    except ValidationError as exc:
+        own = [{**e, "loc": (section, *e["loc"])} for e in exc.errors(include_url=False)
+               if e["type"] != "cross_field" and tuple(e["loc"][:1]) == (name,)]
+        if own:
+            raise _to_config_error(own, "") from None
 
 
 def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -417,9 +444,9 @@ def _build(data: dict[str, Any], source: str) -> Config:
     return cfg
 
 
-def _to_config_error(exc: ValidationError, source: str) -> ConfigError:
+def _to_config_error(exc: ValidationError | list[Any], source: str) -> ConfigError:
     """Pydantic's multi-line report → one line naming each key, the value given and what is allowed."""
-    errors = exc.errors(include_url=False)
+    errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
     parts: list[str] = []
     hint: str | None = None
     for err in errors[:3]:

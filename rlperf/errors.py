@@ -26,3 +26,8 @@ class ConfigError(RlperfError, ValueError):
 
 class DeviceError(RlperfError, ValueError):
     """A device that is not available here."""
+
+
+class DiskError(RlperfError):
+    """A write the filesystem refused (full disk, quota, read-only, no free inodes): the path, the
+    bytes it needed and what was free, in one line. Exit code 2, like every error the user can fix."""

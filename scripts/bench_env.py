@@ -116,6 +116,25 @@ def plot(results: dict, path: Path) -> None:
     save_figure(plt, fig, path)
 
 
+def time_gym_baselines(args: argparse.Namespace, results: dict) -> None:
+    """Gymnasium's (and SB3's) vector envs over SnakeEnv, and VectorSnake's ratio to each."""
+    gym_sizes = [16] if args.quick else [16, 256]
+    gym_steps = 5 if args.quick else 50
+    kinds = ["sync", "async"] + (["sb3-dummy"] if importlib.util.find_spec("stable_baselines3") else [])
+    for kind in kinds:
+        for gym_n in gym_sizes:
+            rates = time_gym(kind, gym_n, gym_steps, args.repeats)
+            results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
+            if not args.json:
+                print(f"{kind:>9s} over SnakeEnv N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+    for row in results["gym"]:
+        native = [r for r in results["tensor"] if r["n"] == row["n"] and r["flood_fill"] == "off"]
+        if native:
+            row["native_ratio"] = native[0]["median"] / row["median"]
+            if not args.json:
+                print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -164,21 +183,7 @@ def main() -> None:
             if not args.json:
                 print(f"VectorSnake  flood={flood:6s} N={n:>8,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
     if not args.no_gym:
-        gym_sizes = [16] if args.quick else [16, 256]
-        gym_steps = 5 if args.quick else 50
-        kinds = ["sync", "async"] + (["sb3-dummy"] if importlib.util.find_spec("stable_baselines3") else [])
-        for kind in kinds:
-            for gym_n in gym_sizes:
-                rates = time_gym(kind, gym_n, gym_steps, args.repeats)
-                results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
-                if not args.json:
-                    print(f"{kind:>9s} over SnakeEnv N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
-        for row in results["gym"]:
-            native = [r for r in results["tensor"] if r["n"] == row["n"] and r["flood_fill"] == "off"]
-            if native:
-                row["native_ratio"] = native[0]["median"] / row["median"]
-                if not args.json:
-                    print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.1f}x")
+        time_gym_baselines(args, results)
     if args.plot:
         plot(results, args.plot)
     emit(results, args.out, args.json)

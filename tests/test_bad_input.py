@@ -158,9 +158,13 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _edit_checkpoint(run_dir: Path, edit: object) -> None:
+    """A checkpoint as rlperf would have written it with the edit: its digest matches (a damaged
+    digest is a case of its own, in test_faults.py)."""
+    from rlperf.run.checkpoint import with_digest
+
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     edit(state)  # type: ignore[operator]
-    torch.save(state, run_dir / "checkpoint.pt")
+    torch.save(with_digest(state), run_dir / "checkpoint.pt")
 
 
 def _newer_checkpoint(run_dir: Path) -> None:

@@ -44,6 +44,7 @@ def record(env_rate: float = 1000.0, s_per_1000: float = 10.0, score: float = 1.
     """A synthetic run record with the sections compare reads."""
     return {
         "schema": 1,
+        "kind": "train",
         "status": "completed",
         "name": "synthetic",
         "system": {**SYSTEM, **system},

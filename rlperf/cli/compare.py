@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rlperf.cli.app import command
+from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 from rlperf.errors import RlperfError
 
@@ -34,8 +34,11 @@ def compare(
     from rlperf.experiments.compare import load_sources, run_sources
     from rlperf.report.dashboard import RunsProgress
 
+    from rlperf.run.files import check_run_name
+
     if repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
+    check_run_name(run.name)
     args = list(runs or [])
     if run.config is not None:  # --config names the baseline, like the other commands
         args.insert(0, run.config)
@@ -56,23 +59,28 @@ def compare(
         else:
             progress.finished_run()
 
+    stop = command_stop()
+    stop.arm()  # from here a signal stops the run in progress at a step boundary, and no other starts
     with progress or contextlib.nullcontext():
         sides, interrupted = run_sources(sources, repeats, out=run.out, name=run.name, command=sys.argv,
-                                         on_run=on_run if progress else None)
+                                         on_run=on_run if progress else None, stop=stop)
+    code = stop.exit_code if interrupted else 0
     sides = [s for s in sides if s.records]
     if len(sides) < 2:
-        print("compare: interrupted before two columns had a run", file=sys.stderr)
-        raise typer.Exit(130)
+        with rendering():
+            print("compare: interrupted before two columns had a run", file=sys.stderr)
+        raise typer.Exit(code or stop.exit_code)
     comparison = build_comparison(sides)
-    if run.json_:
-        sys.stdout.write(json.dumps(comparison, indent=2, default=str) + "\n")
-    else:
-        from rlperf.experiments.compare import compare_table
-        from rlperf.report.tables import print_table
+    with rendering():
+        if run.json_:
+            sys.stdout.write(json.dumps(comparison, indent=2, default=str) + "\n")
+        else:
+            from rlperf.experiments.compare import compare_table
+            from rlperf.report.tables import print_table
 
-        print_table(compare_table(comparison))
-        for warning in comparison["warnings"]:
-            print(f"warning: {warning}", file=sys.stderr)
-    if interrupted:
-        print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
-    raise typer.Exit(130 if interrupted else 0)
+            print_table(compare_table(comparison))
+            for warning in comparison["warnings"]:
+                print(f"warning: {warning}", file=sys.stderr)
+        if interrupted:
+            print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
+    raise typer.Exit(code)

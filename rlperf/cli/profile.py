@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlperf.cli.app import command
+from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 from rlperf.errors import RlperfError
 
@@ -37,16 +37,18 @@ def profile(
     from rlperf.cli.train import emit
     from rlperf.instruments.advisor import VerifyBase
     from rlperf.instruments.profiling import (
-        ProfileOptions, check_runnable, profile_run, profile_under_pyspy,
+        ProfileOptions, check_runnable, child_failed, profile_run, profile_under_pyspy, stop_with_parent,
+        write_profiled_record,
     )
     from rlperf.report.profile import notes, render_profile
-    from rlperf.run.files import write_json_atomic
+    from rlperf.run.files import check_run_name, write_json_atomic
     from rlperf.run.lifecycle import exit_code
 
     options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_)
     options.check()
     if native and not py_spy:
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
+    check_run_name(run.name)
     if run.episodes is None and run.steps is None:
         run.episodes = DEFAULT_EPISODES
     cfg = run.build_config()
@@ -58,11 +60,17 @@ def profile(
     run_args = run.run_argv()
     options.verify = VerifyBase(run.config or "default", tuple(run_args))
     argv = list(sys.argv)
+    stop = command_stop()
 
     if pyspy_child:  # the py-spy child: run, and hand the record to the parent in a file
-        result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet, dashboard=not run.quiet,
-                             options=options)
-        write_json_atomic(pyspy_child, result.record)
+        stop_with_parent()
+        try:
+            result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet,
+                                 dashboard=not run.quiet, options=options, stop=stop)
+            write_json_atomic(pyspy_child, result.record)
+        except RlperfError as exc:
+            child_failed(pyspy_child, exc.exit_code)
+            raise
         raise typer.Exit(result.exit_code)
 
     record: dict[str, Any] | None = None
@@ -74,25 +82,33 @@ def profile(
         child_args += (["--name", run.name] if run.name else []) + ([] if cprofile else ["--no-cprofile"])
         child_args += (["--torch"] if torch_ else []) + (["--tensorboard"] if tensorboard else [])
         child_args += ["--quiet"] if (run.quiet or run.json_) else []
-        record, skipped = profile_under_pyspy(child_args, run.out, native)
+        stop.arm()
+        ran, skipped = profile_under_pyspy(child_args, run.out, native, stop)
+        if ran is not None and ran.child_exit is not None:  # the child failed on its own and said why
+            raise typer.Exit(ran.child_exit)
+        record = ran.record if ran is not None else None
         if skipped:
-            print(f"rlperf: py-spy skipped: {skipped}", file=sys.stderr)
+            with rendering():
+                print(f"rlperf: py-spy skipped: {skipped}", file=sys.stderr)
     if record is None:
         result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet or run.json_,
-                             dashboard=not run.json_, options=options)
+                             dashboard=not run.json_, options=options, stop=stop)
         record, code = result.record, result.exit_code
     else:
-        code = exit_code(record.get("status", "failed"))
+        code = exit_code(record.get("status", "failed"), stop.signum)
+        if code == 0 and stop():  # the child's run completed; the signal cut its overhead replay short
+            code = stop.exit_code
     record["command"] = argv
     record["profile"]["options"].update(py_spy=py_spy, native=native)
     if py_spy and skipped:
         record["profile"]["py_spy"] = {"skipped": skipped}
-    write_json_atomic(Path(record["run_dir"]) / "run.json", record)
+    write_profiled_record(record, Path(record["run_dir"]))
 
-    if run.json_:
-        emit(record, True, run.quiet)
-    else:
-        render_profile(record, run.quiet)
-    for note in notes(record):
-        print(f"rlperf: {note}", file=sys.stderr)
+    with rendering():
+        if run.json_:
+            emit(record, True, run.quiet)
+        else:
+            render_profile(record, run.quiet)
+        for note in notes(record):
+            print(f"rlperf: {note}", file=sys.stderr)
     raise typer.Exit(code)

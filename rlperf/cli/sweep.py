@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rlperf.cli.app import command
+from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 
 if TYPE_CHECKING:
@@ -38,7 +38,9 @@ def sweep(
     """Run a grid of trials over any config keys; prints a table, writes sweep.csv/json/png."""
     from rlperf.experiments.sweep import Axis, parse_param, run_sweep, split_values
     from rlperf.report.dashboard import RunsProgress
+    from rlperf.run.files import check_run_name
 
+    check_run_name(run.name)
     cfg = run.build_config()
     axes = []
     if train_ratio is not None:
@@ -61,24 +63,27 @@ def sweep(
         figures = f" {rate:,.0f} env steps/s" if rate else ""
         progress.finished_run(f"{trial.name} {what}: {status}{figures}")
 
+    stop = command_stop()
+    stop.arm()  # from here a signal stops the sweep at the next boundary and its outputs are written
     with progress or contextlib.nullcontext():
         result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
                            trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
-                           on_trial=on_trial if progress else None)
+                           on_trial=on_trial if progress else None, stop=stop)
     data = result.data()
-    if run.json_:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    else:
-        from rlperf.experiments.sweep import sweep_table
-        from rlperf.report.tables import print_table
-
-        print_table(sweep_table(data))
     failed = len(result.failed)
     line = f"sweep: {len(result.trials)} trials"
     if failed:
         line += f", {failed} failed"
     if result.interrupted:
         line += ", interrupted"
-    if not run.quiet or failed or result.interrupted:
-        print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json, sweep.png)", file=sys.stderr)
-    raise typer.Exit(130 if result.interrupted else 1 if failed else 0)
+    with rendering():
+        if run.json_:
+            sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        else:
+            from rlperf.experiments.sweep import sweep_table
+            from rlperf.report.tables import print_table
+
+            print_table(sweep_table(data))
+        if not run.quiet or failed or result.interrupted:
+            print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json, sweep.png)", file=sys.stderr)
+    raise typer.Exit(result.exit_code)

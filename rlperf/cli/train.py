@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from rlperf.cli.app import command
+from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 from rlperf.errors import RlperfError
 
@@ -27,8 +26,10 @@ def train(
     run: RunArgs,
 ) -> None:
     """Train DQN on the batched Snake with a live per-phase dashboard; writes a run directory."""
+    from rlperf.run.files import check_run_name
     from rlperf.run.lifecycle import resume_config, train_run
 
+    check_run_name(run.name)
     if resume is not None:
         if run.config is not None:
             raise RlperfError("--config cannot be combined with --resume", hint=f"a resume uses {resume}/config.toml")
@@ -40,30 +41,13 @@ def train(
         cfg = run.build_config()
     if tensorboard:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"tensorboard": True})})
-    # From here a signal either stops the run (train_run's own handler) or arrives while a finished
-    # run is being rendered, where it is ignored. After an interruption signals stay ignored for the
-    # rest of the process, interpreter exit included: the user asked to stop, and it is stopping.
-    previous = ignore_stop_signals()
-    interrupted = False
-    try:
-        result = train_run(cfg, out=run.out, name=run.name, command=sys.argv, quiet=run.quiet or run.json_,
-                           dashboard=not run.json_, resume=resume)
-        interrupted = result.record["status"] == "interrupted"
+    # From here a signal stops the run at a step boundary (train_run arms the command's stop signal),
+    # or arrives while a finished run is being rendered, where it changes nothing.
+    result = train_run(cfg, out=run.out, name=run.name, command=sys.argv, quiet=run.quiet or run.json_,
+                       dashboard=not run.json_, resume=resume, stop=command_stop())
+    with rendering():
         emit(result.record, run.json_, run.quiet)
-    finally:
-        for signum, handler in previous.items():
-            # SIG_IGN, unlike a Python handler, survives the interpreter's finalization.
-            signal.signal(signum, signal.SIG_IGN if interrupted else handler)
     raise typer.Exit(result.exit_code)
-
-
-def ignore_stop_signals() -> dict[int, Any]:
-    """Ignore SIGINT/SIGTERM (with a Python handler, so child processes keep the defaults)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {s: signal.signal(s, lambda signum, frame: None) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
 def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
@@ -78,12 +62,22 @@ def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
     console = Console()
     console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
     console.print(summary_table(record))
+    line = status_line(record, quiet)
+    if line:
+        print(line, file=sys.stderr)
+
+
+def status_line(record: dict[str, Any], quiet: bool) -> str | None:
+    """``run NAME: STATUS -> DIR`` with the error, and how to continue an interrupted run that can be
+    continued (a sync run on the tensor backend with a checkpoint); None when quiet and completed."""
     status = record["status"]
     line = f"run {record['name']}: {status} -> {record.get('run_dir', '')}"
     if status in ("failed", "diverged"):
         line += f" ({record.get('error', 'see run.json')})"
-    resumable = record.get("config", {}).get("run", {}).get("mode") != "async"
+    config = record.get("config", {})
+    resumable = config.get("run", {}).get("mode") != "async" and config.get("env", {}).get("backend", "tensor") == "tensor"
     if status == "interrupted" and record.get("checkpoint") and resumable:
         line += f"; continue with: rlperf train --resume {record.get('run_dir', '')}"
-    if not quiet or status != "completed":
-        print(line, file=sys.stderr)
+    if record.get("recovered"):
+        line += " (record recovered from checkpoint.pt)"
+    return line if not quiet or status != "completed" else None

@@ -13,6 +13,7 @@ with ``--vs key=value`` variants of one config. Nothing here knows about Typer.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +23,13 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rlperf.config import Config, apply_overrides
-from rlperf.errors import RlperfError
+from rlperf.config import SEED_MAX, Config, apply_overrides
+from rlperf.errors import ConfigError, RlperfError
 from rlperf.report.stats import SPREAD_RULE, Summary, is_number, overlaps, summarize
 from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.run.common import thread_settings_restored
-from rlperf.run.files import RECORD_NAME, make_run_dir, read_record
+from rlperf.run.files import CHECKPOINT_NAME, RECORD_NAME, check_comparable_record, make_run_dir, read_record
+from rlperf.run.signals import RunInterrupted, StopSignal
 from rlperf.timers import PHASES
 
 SCHEMA = 1
@@ -351,12 +353,16 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
                 f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config"
             )
         elif path.is_dir() and not (path / RECORD_NAME).is_file():
+            if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
+                raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
+                                  hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
             raise RlperfError(
                 f"{arg} is not a run directory (no {RECORD_NAME})",
                 hint="pass a directory written by rlperf train, or a .toml config",
             )
         else:
             record = read_record(path)
+            check_comparable_record(record, path / RECORD_NAME if path.is_dir() else path)
             label = str(record.get("name") or (path.name if path.is_dir() else path.parent.name))
             sources.append(Source(_unique(label, sources), arg, record=record))
     for item in vs:
@@ -408,13 +414,15 @@ def run_sources(
     name: str | None = None,
     command: list[str] | None = None,
     on_run: Callable[[str, int, str], None] | None = None,
+    stop: StopSignal | None = None,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
     repeat k uses ``run.seed + k``. Runs go under one ``compare-*`` directory in ``out``.
-    ``on_run(label, repeat, event)`` is told "start" and "done". Returns (sides, interrupted):
-    after Ctrl-C the sides hold the runs that finished.
+    ``on_run(label, repeat, event)`` is told "start" and "done". ``stop``: the caller's stop signal
+    (by default its own): a signal stops the run in progress at a step boundary and no other run
+    starts. Returns (sides, interrupted): after a signal the sides hold the runs that finished.
     """
     from rlperf.run.lifecycle import train_run
 
@@ -425,28 +433,38 @@ def run_sources(
     if not to_run:
         return sides, False
     check_sources(sources)
-    folder = make_run_dir(out, name, prefix="compare")
-    interrupted = False
-    try:
+    for _, s in to_run:
+        assert s.config is not None
+        if s.config.run.seed + repeats - 1 > SEED_MAX:
+            raise ConfigError(f"{s.label}: run.seed={s.config.run.seed} with --repeats {repeats} needs seeds above {SEED_MAX}",
+                              hint="pass a smaller --seed")
+    own = stop is None
+    stop = stop if stop is not None else StopSignal()
+    stop.arm()
+    with stop.installed() if own else contextlib.nullcontext():
+        stop.raise_if_set("the comparison started")
+        folder = make_run_dir(out, name, prefix="compare")
         for k in range(repeats):
             for i, s in to_run:
                 assert s.config is not None
+                if stop():
+                    return sides, True
                 cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k else s.config
                 if on_run:
                     on_run(s.label, k, "start")
-                with thread_settings_restored():
-                    result = train_run(
-                        cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True, dashboard=False, kind="compare"
-                    )
+                try:
+                    with thread_settings_restored():
+                        result = train_run(cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
+                                           dashboard=False, kind="compare", stop=stop)
+                except RunInterrupted:  # the signal came while this run was starting: nothing of it was written
+                    return sides, True
                 sides[i].records.append(read_record(result.run_dir))
                 if on_run:
                     on_run(s.label, k, "done")
-                if result.record["status"] == "interrupted":
+                if result.record["status"] == "interrupted" or stop():
                     return sides, True
-    except KeyboardInterrupt:
-        interrupted = True
-    return sides, interrupted
+    return sides, False
 
 
 def _dir_name(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=,+-]+", "_", label).strip("._") or "run"
+    return (re.sub(r"[^A-Za-z0-9._=,+-]+", "_", label).strip("._") or "run")[:100]

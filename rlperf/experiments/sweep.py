@@ -11,9 +11,13 @@ per trial, ``sweep.json`` (every trial, read back from its record, and the per-p
   on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
   cluster cannot meet is refused before anything starts.
 
-A grid point whose config fails validation, or a trial that raises, is recorded as ``failed``
-with its error and the sweep goes on. Ctrl-C stops the sweep; the finished trials' records and
-the partial summary are kept and written.
+A value that cannot be its key's (``--envs 1,x``) is refused before anything runs; a grid point
+whose combination of values fails validation, or a trial that raises, is recorded as ``failed``
+with its error and the sweep goes on. SIGINT or SIGTERM stops the sweep at the next boundary: the
+running trial (or, on Ray, every running trial, told through a stop file in the sweep directory)
+stops at a step boundary and writes its record as ``interrupted``, trials not started are ``not
+run``, and sweep.json/csv/png are written for what finished. A full disk (DiskError) stops the
+sweep the same way and is reported after the outputs that could be written.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,10 +42,13 @@ from rich.text import Text
 from rlperf.experiments.compare import variant
 from rlperf.report.stats import SPREAD_RULE, summarize
 from rlperf.report.units import MISSING, format_number, pick_unit
-from rlperf.config import Config, apply_overrides, config_to_dict, flat_keys, loads_config, to_toml
-from rlperf.errors import ConfigError, RlperfError
+from rlperf.config import (
+    SEED_MAX, Config, apply_overrides, check_override_value, config_to_dict, flat_keys, loads_config, to_toml,
+)
+from rlperf.errors import ConfigError, DiskError, RlperfError
 from rlperf.run.common import thread_settings_restored
-from rlperf.run.files import make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.run.files import check_run_name, make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.run.signals import STOP_SIGNALS, RunInterrupted, StopSignal, in_main_thread
 from rlperf.timers import PHASES
 
 SCHEMA = 1
@@ -120,6 +128,8 @@ def check_axes(base: Config, axes: Sequence[Axis]) -> None:
         if axis.key in seen:
             raise ConfigError(f"{axis.key} is swept twice", hint="give each key once, with all its values")
         seen.add(axis.key)
+        for value in axis.values:
+            check_override_value(base, f"{axis.key}={value}")
 
 
 @dataclass
@@ -171,6 +181,9 @@ def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
         raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
     check_axes(base, axes)
     seed_swept = any(a.key == "run.seed" for a in axes)
+    if not seed_swept and base.run.seed + repeats - 1 > SEED_MAX:
+        raise ConfigError(f"run.seed={base.run.seed} with --repeats {repeats} needs seeds up to "
+                          f"{base.run.seed + repeats - 1}, above {SEED_MAX}", hint="pass a smaller --seed")
     trials: list[Trial] = []
     for point, combo in enumerate(itertools.product(*(a.values for a in axes))):
         overrides = [f"{a.key}={v}" for a, v in zip(axes, combo, strict=True)]
@@ -213,6 +226,14 @@ class SweepResult:
     trials: list[Trial]
     base: Config
     interrupted: bool = False
+    signum: int | None = None  # the signal that stopped the sweep, if one did
+
+    @property
+    def exit_code(self) -> int:
+        """130 / 143 when stopped by a signal, 1 with a failed trial, else 0."""
+        if self.interrupted:
+            return 128 + (self.signum or signal.SIGINT)
+        return 1 if self.failed else 0
 
     @property
     def failed(self) -> list[Trial]:
@@ -252,63 +273,93 @@ def run_sweep(
     trial_gpus: float = 0.0,
     command: list[str] | None = None,
     on_trial: TrialCallback | None = None,
+    stop: StopSignal | None = None,
 ) -> SweepResult:
     """Run the grid and write the sweep directory; ``on_trial(event, trial)`` hears "start" and "end".
 
-    Raises RlperfError (nothing written) for a bad axis, an unknown backend, a missing Ray or a
-    resource request the Ray cluster cannot meet.
+    ``stop``: the caller's stop signal (the command line's); by default the sweep installs its own.
+    Raises RlperfError (nothing written) for a bad axis or value, an unknown backend, a missing Ray
+    or a resource request the Ray cluster cannot meet; RunInterrupted for a signal before the sweep
+    directory exists; DiskError (one line) after writing what it could when the disk is full.
     """
     if backend not in BACKENDS:
         raise RlperfError(f"unknown sweep backend {backend!r}", hint="use local or ray")
+    check_run_name(name)
     trials = plan(base, axes, repeats)
     notify = on_trial or (lambda event, trial: None)
-    ray_session = _RaySession(address, trial_cpus, trial_gpus) if backend == "ray" else None
-    try:
-        if ray_session is not None:
-            ray_session.check([t.config for t in trials if t.config is not None])
-        sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
-        result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base)
+    own = stop is None
+    stop = stop if stop is not None else StopSignal()
+    stop.arm()
+    with stop.installed() if own else contextlib.nullcontext():
+        ray_session = None
         try:
+            ray_session = _RaySession(address, trial_cpus, trial_gpus) if backend == "ray" else None
             if ray_session is not None:
-                ray_session.run(trials, sweep_dir, command, notify)
-            else:
-                _run_local(trials, sweep_dir, command, notify)
-        except KeyboardInterrupt:
-            result.interrupted = True
-        # A trial still pending was never run: the sweep was stopped (Ctrl-C, or Tune stopped early).
-        stopped = [t for t in trials if t.status in ("pending", "interrupted")]
-        for t in stopped:
-            if t.status == "pending":
-                t.status = "not run"
-        result.interrupted = result.interrupted or bool(stopped)
-        write_outputs(result)
-        return result
-    finally:
-        if ray_session is not None:
-            ray_session.close()
+                ray_session.check([t.config for t in trials if t.config is not None])
+            stop.raise_if_set("the sweep started")
+            sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
+            result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base)
+            disk: DiskError | None = None
+            try:
+                if ray_session is not None:
+                    ray_session.run(trials, sweep_dir, command, notify, stop)
+                else:
+                    _run_local(trials, sweep_dir, command, notify, stop)
+            except DiskError as exc:
+                disk = exc
+            # A trial still pending was never run: the sweep was stopped (a signal, a full disk, Tune).
+            stopped = [t for t in trials if t.status in ("pending", "interrupted", "not run")]
+            for t in stopped:
+                if t.status == "pending":
+                    t.status = "not run"
+            result.interrupted = stop() or bool(stopped)
+            result.signum = stop.signum
+            write_outputs(result)
+            if disk is not None:
+                raise DiskError(f"{disk.message}; the sweep stopped, {sweep_dir} holds sweep.json/csv/png for "
+                                f"the trials before it", hint=disk.hint)
+            return result
+        finally:
+            if ray_session is not None:
+                ray_session.close()
 
 
-def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
+def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback,
+               stop: StopSignal) -> None:
     from rlperf.run.lifecycle import train_run
 
     for t in trials:
         if t.status != "pending":  # its config was refused: already failed, reported in grid order
             notify("end", t)
             continue
+        if stop():  # stopped between two trials: the rest are not run
+            return
         assert t.config is not None
         notify("start", t)
         try:
             with thread_settings_restored():
                 run = train_run(
-                    t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False, kind="sweep"
+                    t.config, out=sweep_dir, name=t.name, command=command, quiet=True, dashboard=False, kind="sweep",
+                    stop=stop,
                 )
+        except RunInterrupted:  # the signal came while the trial was starting: nothing of it was written
+            t.status = "not run"
+            notify("end", t)
+            return
+        except DiskError as exc:  # the disk is full: this trial says so, and the sweep stops
+            t.status, t.error = "failed", _one_line(exc)
+            run_dir = getattr(exc, "run_dir", None)
+            if run_dir is not None:
+                _take_record(t, run_dir)
+            notify("end", t)
+            raise
         except Exception as exc:  # a failing trial is data; the sweep goes on
             t.status, t.error = "failed", _one_line(exc)
             notify("end", t)
             continue
         _take_record(t, run.run_dir)
         notify("end", t)
-        if t.status == "interrupted":  # Ctrl-C reached the run: stop the sweep here
+        if t.status == "interrupted" or stop():  # the signal reached the run: stop the sweep here
             return
 
 
@@ -340,6 +391,33 @@ def _one_line(exc: BaseException) -> str:
 # -- Ray ----------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _ray_owns_no_signals() -> Iterator[None]:
+    """Around ``ray.init``: the local Ray processes it starts (GCS, raylet, agents) share this
+    process group, so a terminal's Ctrl-C would reach them and take the running trials down before
+    they could record anything. They start with SIGINT blocked (a signal mask is inherited) and
+    stay out of it; the stop reaches the trials through their stop file instead. ``ray.init`` also
+    installs its own SIGTERM handler in the driver, which would exit with Ray's messages and no
+    outputs: the caller's handlers are put back."""
+    if not in_main_thread():
+        yield
+        return
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+STOP_FILE = ".stop"
+"""In the sweep directory while Ray trials run: written (with the signal's number) when the sweep is
+told to stop; each trial's run checks for it at its step boundaries."""
+
+
 def _count(n: float, unit: str) -> str:
     return f"{n:g} {unit}" + ("" if n == 1 else "s")
 
@@ -368,7 +446,8 @@ class _RaySession:
                 include_dashboard=False, log_to_driver=False, logging_level="ERROR", configure_logging=True
             )
             try:
-                self.ray.init(address=address, **kwargs)
+                with _ray_owns_no_signals():
+                    self.ray.init(address=address, **kwargs)
             except Exception as exc:  # ConnectionError, RuntimeError, ...: all one message
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
                 raise RlperfError(
@@ -396,7 +475,8 @@ class _RaySession:
                 hint="add --trial-gpus 1 or use --device cpu",
             )
 
-    def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
+    def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback,
+            stop: StopSignal) -> None:
         from ray import tune
 
         for t in trials:
@@ -405,11 +485,19 @@ class _RaySession:
         pending = {t.index: t for t in trials if t.status == "pending"}
         if not pending:
             return
+        stop_file = sweep_dir / STOP_FILE
+
+        def tell_trials(signum: int) -> None:  # in the signal handler: one small write
+            with contextlib.suppress(OSError):
+                stop_file.write_text(str(signum))
+
         specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
         trainable = tune.with_parameters(
-            ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd()
+            ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd(),
+            stop_file=str(stop_file),
         )
         trainable = tune.with_resources(trainable, {"cpu": self.cpus, "gpu": self.gpus})
+        progress = _progress_callback(pending, notify)
         tuner = tune.Tuner(
             trainable,
             param_space={"trial": tune.grid_search(sorted(pending))},
@@ -418,17 +506,29 @@ class _RaySession:
                 name="ray",
                 storage_path=str(sweep_dir),
                 verbose=0,
+                stop=_stopper(stop, progress),
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                callbacks=[_progress_callback(pending, notify)],
+                callbacks=[progress],
             ),
         )
         # Tune prints its own tables and each failed trial's traceback on stdout (even at verbose=0)
-        # and logs them: keep rlperf's stdout clean (--json) and its output to the file.
+        # and logs them: keep rlperf's stdout clean (--json) and its output to the file. Tune's own
+        # SIGINT handler (stop, then kill on a second Ctrl-C) is off: the stop file stops trials in order.
         captured = io.StringIO()
+        undo = stop.on_signal(tell_trials)
+        saved_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         try:
             with _quiet_logs("ray"), contextlib.redirect_stdout(captured):
                 grid = tuner.fit()
         finally:
+            undo()
+            if saved_env is None:
+                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+            else:
+                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = saved_env
+            with contextlib.suppress(OSError):
+                stop_file.unlink()
             (sweep_dir / "ray").mkdir(exist_ok=True)
             write_text_atomic(sweep_dir / "ray" / "tune_output.txt", captured.getvalue())
         for i in range(len(grid)):
@@ -438,7 +538,9 @@ class _RaySession:
                 continue
             t = trial
             metrics = r.metrics or {}
-            if r.error is not None and "run_dir" not in metrics:
+            if metrics.get("status") == "not run":
+                t.status = "not run"
+            elif r.error is not None and "run_dir" not in metrics:
                 t.status, t.error = "failed", _one_line(r.error)
             elif "run_dir" in metrics:
                 _take_record(t, metrics["run_dir"], json.loads(metrics.get("record_json", "null")) or None)
@@ -463,14 +565,21 @@ def _progress_callback(pending: dict[int, Trial], notify: TrialCallback) -> Any:
     from ray import tune
 
     class Progress(tune.Callback):
+        """Passes trial starts and ends on, and knows which trials are still running."""
+
+        def __init__(self) -> None:
+            self.running: set[int] = set()
+
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             t = pending.get(trial.config.get("trial"))
             if t is not None:
+                self.running.add(t.index)
                 notify("start", t)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             t = pending.get(trial.config.get("trial"))
             if t is not None:
+                self.running.discard(t.index)
                 notify("end", t)
 
         on_trial_error = on_trial_complete
@@ -478,17 +587,51 @@ def _progress_callback(pending: dict[int, Trial], notify: TrialCallback) -> Any:
     return Progress()
 
 
-def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_dir: str, command: list[str], cwd: str) -> None:
-    """The Ray Tune function trainable: one normal run, its record reported back to the driver."""
+def _stopper(stop: StopSignal, progress: Any) -> Any:
+    """Ends the Tune run once the sweep was told to stop and every trial that started has ended (so
+    each wrote its record): trials not started yet are never started."""
+    from ray import tune
+
+    class StopWhenSignalled(tune.Stopper):
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            return stop() and not progress.running
+
+    return StopWhenSignalled()
+
+
+def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_dir: str, command: list[str], cwd: str,
+              stop_file: str = "") -> None:
+    """The Ray Tune function trainable: one normal run, its record reported back to the driver.
+
+    The run stops at a step boundary, as on a signal, once the driver writes ``stop_file``; a trial
+    that starts after that reports ``not run`` without running.
+    """
     from ray import tune
 
     from rlperf.run.lifecycle import train_run
 
+    def stop_requested() -> int | None:
+        try:
+            text = Path(stop_file).read_text().strip() if stop_file else ""
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else (signal.SIGINT if stop_file and Path(stop_file).exists() else None)
+
     os.chdir(cwd)  # Tune starts trials in their own directory; runs record the user's (git revision, paths)
+    stop = StopSignal(poll=stop_requested)
     toml_text, name = specs[config["trial"]]
-    run = train_run(
-        loads_config(toml_text), out=sweep_dir, name=name, command=command or None, quiet=True, dashboard=False, kind="sweep"
-    )
+    try:
+        stop.raise_if_set()
+        run = train_run(
+            loads_config(toml_text), out=sweep_dir, name=name, command=command or None, quiet=True, dashboard=False,
+            kind="sweep", stop=stop,
+        )
+    except RunInterrupted:
+        tune.report({"status": "not run"})
+        return
     record = run.record
     tune.report(
         {

@@ -161,8 +161,14 @@ class CProfiler:
         return CallStats(pstats.Stats(self.profile))
 
     def dump(self, path: str | Path) -> None:
-        """Write ``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``)."""
-        self.profile.dump_stats(str(path))
+        """Write ``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``) atomically: what
+        ``Profile.dump_stats`` writes, never half a file."""
+        import marshal
+
+        from rlperf.run.files import write_bytes_atomic
+
+        self.profile.create_stats()
+        write_bytes_atomic(path, marshal.dumps(self.profile.stats))
 
 
 # -- garbage collector -------------------------------------------------------------------------
@@ -468,7 +474,9 @@ def speedscope_to_svg(speedscope: str | Path, svg: str | Path, title: str = "py-
                 child = node.children[labels[i]] = _Node(labels[i], own=own[i])
             child.count += weight
             node = child
-    Path(svg).write_text(_flame_svg(root, title, len(samples)), encoding="utf-8")
+    from rlperf.run.files import write_text_atomic
+
+    write_text_atomic(svg, _flame_svg(root, title, len(samples)))
     return len(samples)
 
 

@@ -19,11 +19,14 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +34,7 @@ from time import perf_counter
 from typing import Any
 
 from rlperf.config import Config
-from rlperf.errors import RlperfError
+from rlperf.errors import DiskError, RlperfError
 from rlperf.instruments.advisor import VerifyBase, advise, effective_cpus, measured_total, no_finding_reason
 from rlperf.instruments.profilers import (
     check_sort,
@@ -46,8 +49,9 @@ from rlperf.instruments.profilers import (
     speedscope_to_svg,
     torch_window,
 )
-from rlperf.run.files import write_json_atomic
+from rlperf.run.files import copy_atomic, write_json_atomic
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
+from rlperf.run.signals import StopSignal
 
 DEFAULT_EPISODES = 100
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
@@ -130,17 +134,26 @@ class Instruments:
 
 
 def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
-                quiet: bool = False, dashboard: bool = True, options: ProfileOptions | None = None) -> RunResult:
-    """Train with ``cfg`` under the instruments; the record gains a ``profile`` section."""
+                quiet: bool = False, dashboard: bool = True, options: ProfileOptions | None = None,
+                stop: StopSignal | None = None) -> RunResult:
+    """Train with ``cfg`` under the instruments; the record gains a ``profile`` section.
+
+    ``stop`` as for :func:`rlperf.run.lifecycle.train_run`. A signal during the overhead replay
+    (after the run) skips the replay: the record is written, the exit code is 130 / 143. An artifact
+    the filesystem refuses ends the run as ``failed`` with the reason (DiskError, one line).
+    """
     options = options or ProfileOptions()
     options.check()
     if cfg.run.mode == "async":
         raise RlperfError("rlperf profile instruments the single-process loop; run.mode=async is not supported",
                           hint="profile with --set run.mode=sync, or run async under py-spy record --subprocesses")
-    with tempfile.TemporaryDirectory(prefix="rlperf-profile-") as scratch:
-        inst = Instruments(cfg, cprofile=options.cprofile, torch=options.torch, trace_path=Path(scratch) / "trace.json")
+    stop = stop if stop is not None else StopSignal()
+    stop.arm()
+    tidy_scratch()
+    with scratch_dir("profile") as scratch:
+        inst = Instruments(cfg, cprofile=options.cprofile, torch=options.torch, trace_path=scratch / "trace.json")
         result = train_run(cfg, out=out, name=name, command=command, quiet=quiet, dashboard=dashboard,
-                           kind="profile", hooks=inst.hooks())
+                           kind="profile", hooks=inst.hooks(), stop=stop)
         record, run_dir = result.record, result.run_dir
         section: dict[str, Any] = {
             "options": {"top": options.top, "sort": options.sort, "cprofile": options.cprofile, "torch": options.torch,
@@ -148,22 +161,10 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
             "timing_mode": record["timing"]["mode"],
             "artifacts": {},
         }
-        calls = None
-        if inst.cprofile is not None:
-            inst.cprofile.dump(run_dir / "profile.prof")
-            calls = inst.cprofile.stats()
-            section["cprofile"] = {
-                "file": "profile.prof", "sort": options.sort, "total_calls": calls.total_calls,
-                "primitive_calls": calls.primitive_calls, "total_s": calls.total_s,
-                "top": [row.as_dict() for row in calls.top(options.top, options.sort)],
-            }
-            section["artifacts"]["cprofile"] = "profile.prof"
-        if inst.torch is not None:
-            section["torch"] = inst.torch.to_dict(options.top)
-            if inst.torch.recorded:
-                shutil.move(str(inst.torch.trace_path), run_dir / "trace.json")
-                section["torch"]["file"] = "trace.json"
-                section["artifacts"]["torch_trace"] = "trace.json"
+        try:
+            calls = _save_artifacts(inst, run_dir, section, options)
+        except DiskError as exc:
+            raise failed_artifact(record, run_dir, exc) from None
     assert inst.gc is not None
     section["gc"] = inst.gc.to_dict()
     section["load"] = {"loadavg_1m": os.getloadavg()[0], "cpus": effective_cpus()}
@@ -174,7 +175,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     elif record["status"] != "completed":
         section["overhead"] = {"skipped": f"not measured: the run is {record['status']}"}
     else:
-        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names)
+        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, stop)
     record["profile"] = section
     findings = advise(record, calls, section["gc"], options.verify)
     section["advisor"] = {
@@ -183,8 +184,92 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
         "measured_phase_s": measured_total(record),
     }
     record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
-    write_json_atomic(run_dir / "run.json", record)
-    return RunResult(run_dir, record, result.exit_code)
+    write_profiled_record(record, run_dir)
+    code = result.exit_code
+    if code == 0 and stop():  # the run completed; the signal cut the overhead replay short
+        code = stop.exit_code
+    return RunResult(run_dir, record, code)
+
+
+def _save_artifacts(inst: Instruments, run_dir: Path, section: dict[str, Any], options: ProfileOptions) -> Any:
+    """profile.prof and trace.json into the run directory (atomically); returns cProfile's statistics."""
+    calls = None
+    if inst.cprofile is not None:
+        inst.cprofile.dump(run_dir / "profile.prof")
+        calls = inst.cprofile.stats()
+        section["cprofile"] = {
+            "file": "profile.prof", "sort": options.sort, "total_calls": calls.total_calls,
+            "primitive_calls": calls.primitive_calls, "total_s": calls.total_s,
+            "top": [row.as_dict() for row in calls.top(options.top, options.sort)],
+        }
+        section["artifacts"]["cprofile"] = "profile.prof"
+    if inst.torch is not None:
+        section["torch"] = inst.torch.to_dict(options.top)
+        if inst.torch.recorded:
+            copy_atomic(inst.torch.trace_path, run_dir / "trace.json")
+            section["torch"]["file"] = "trace.json"
+            section["artifacts"]["torch_trace"] = "trace.json"
+    return calls
+
+
+def failed_artifact(record: dict[str, Any], run_dir: Path, exc: DiskError) -> DiskError:
+    """An artifact the filesystem refused: the record says ``failed`` with the reason (if it can
+    still be written; else the run's own record stays), and the one-line error to raise."""
+    failed = {**record, "status": "failed", "error": str(exc)}
+    try:
+        write_json_atomic(run_dir / "run.json", failed)
+    except DiskError:
+        return DiskError(f"{exc.message}; run.json keeps the run's record, without its profile", hint=exc.hint)
+    record.update(failed)
+    return DiskError(f"{exc.message}; run.json says failed", hint=exc.hint)
+
+
+def write_profiled_record(record: dict[str, Any], run_dir: Path) -> None:
+    """The record with its profile section; if the disk refuses, the run's own record stays."""
+    try:
+        write_json_atomic(run_dir / "run.json", record)
+    except DiskError as exc:
+        raise DiskError(f"{exc.message}; run.json keeps the run's record, without its profile", hint=exc.hint) from None
+
+
+# -- scratch folders -----------------------------------------------------------------------------
+
+_SCRATCH = re.compile(r"^rlperf-(?:profile|pyspy|replay)-(\d+)-")
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str) -> Iterator[Path]:
+    """A temporary folder named after this process (``rlperf-WHAT-PID-...``), removed when done; one
+    that a killed process left behind is removed by :func:`tidy_scratch`."""
+    with tempfile.TemporaryDirectory(prefix=f"rlperf-{what}-{os.getpid()}-") as folder:
+        yield Path(folder)
+
+
+def tidy_scratch() -> list[str]:
+    """Remove the scratch folders of rlperf processes that are gone (killed before they could)."""
+    removed: list[str] = []
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SCRATCH.match(name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _device_type(cfg: Config) -> str:
@@ -193,7 +278,8 @@ def _device_type(cfg: Config) -> str:
     return resolve_device(cfg.run.device).type
 
 
-def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]) -> dict[str, Any]:
+def measure_overhead(cfg: Config, durations: list[float], instruments: list[str],
+                     stop: StopSignal | None = None) -> dict[str, Any]:
     """Replay the run's first vector steps without instruments (same seed, same process) and compare.
 
     The loop is deterministic step by step for a seed, so step i of the replay does exactly the
@@ -229,9 +315,17 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
         replay.append(perf_counter())
         yield
 
-    with tempfile.TemporaryDirectory(prefix="rlperf-replay-") as tmp:
-        train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay",
-                  hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
+    stop = stop if stop is not None else StopSignal()
+    if stop():
+        return {"skipped": "not measured: interrupted"}
+    try:
+        with scratch_dir("replay") as tmp:
+            ran = train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay", stop=stop,
+                            hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
+    except DiskError as exc:
+        return {"skipped": f"not measured: the replay could not be written ({exc.message})"}
+    if ran.record["status"] == "interrupted":
+        return {"skipped": "not measured: interrupted"}
     plain = [b - a for a, b in itertools.pairwise(replay)]
     if len(plain) < k:
         return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
@@ -271,14 +365,31 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
 # -- py-spy ------------------------------------------------------------------------------------
 
 
-def run_under_pyspy(
-    pyspy: str, child_args: list[str], native: bool, scratch: Path
-) -> tuple[dict[str, Any] | None, Path, list[str]]:
+@dataclass
+class PyspyRun:
+    """What ``rlperf profile --py-spy``'s child left: its record (None when it did not finish), the
+    recording's path, py-spy's own output lines, and the exit code of a child that failed on its own
+    (its one-line error was already passed on)."""
+
+    record: dict[str, Any] | None
+    recording: Path
+    lines: list[str]
+    child_exit: int | None = None
+
+
+CHILD_PARENT_ENV = "RLPERF_PYSPY_PARENT"
+"""The parent's pid, for the py-spy child: it stops (as on SIGTERM) when the parent is gone."""
+
+
+def run_under_pyspy(pyspy: str, child_args: list[str], native: bool, scratch: Path, stop: StopSignal) -> PyspyRun:
     """Run ``rlperf profile <child_args>`` under py-spy as the child that writes its record to a file.
 
-    Returns the child's record (None when it did not finish), the recording's path and py-spy's
-    own output lines. py-spy's chatter ("py-spy> ..." on stdout) is kept back; the child's
-    output lines are passed on to stderr.
+    py-spy and the child run in a session of their own, so a terminal's Ctrl-C reaches only this
+    process (py-spy would stop recording and leave the child running): SIGINT and SIGTERM are passed
+    on to the child alone, which stops at a step boundary and writes its interrupted record; py-spy
+    then writes its recording and exits. py-spy's chatter ("py-spy> ..." on stdout) is kept back;
+    the child's output lines are passed on to stderr, except its line about being interrupted
+    before the run started (the caller says that once).
     """
     recording = scratch / "pyspy.speedscope.json"
     record_file = scratch / "record.json"
@@ -287,35 +398,84 @@ def run_under_pyspy(
         pyspy_command(pyspy, recording, child, native=native),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=pyspy_env(),
+        env={**pyspy_env(), CHILD_PARENT_ENV: str(os.getpid())},
         text=True,
         errors="replace",
+        start_new_session=True,
     )
     pyspy_lines: list[str] = []
 
-    def forward() -> None:
+    def forward_output() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("py-spy> ") or not line.strip() or _is_pyspy_error(line):
                 pyspy_lines.append(line.rstrip("\n"))
-            else:
-                sys.stderr.write(line)
-                sys.stderr.flush()
+            elif not _INTERRUPTED_LINE.match(line):
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
 
-    reader = threading.Thread(target=forward, daemon=True)
-    reader.start()
-    while True:
-        try:
-            proc.wait()
-            break
-        except KeyboardInterrupt:  # the child got the signal too and is saving its run: wait for it
-            continue
-    reader.join(timeout=5)
-    record = None
+    def forward_stop() -> None:
+        sent = False
+        while proc.poll() is None:
+            if not sent and stop():
+                target = _pyspy_child(proc.pid)
+                if target is not None:
+                    with contextlib.suppress(OSError):
+                        os.kill(target, stop.signum or signal.SIGINT)
+                    sent = True
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=forward_output, daemon=True), threading.Thread(target=forward_stop, daemon=True)]
+    for thread in threads:
+        thread.start()
+    proc.wait()  # a signal meanwhile runs the handler (the flag) and the wait goes on
+    for thread in threads:
+        thread.join(timeout=5)
+    record = child_exit = None
     if record_file.is_file():
         with contextlib.suppress(json.JSONDecodeError, OSError):
             record = json.loads(record_file.read_text(encoding="utf-8"))
-    return record, recording, pyspy_lines
+    failure = record_file.with_name(record_file.name + ".exit")
+    if record is None and failure.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            child_exit = int(failure.read_text().strip())
+    return PyspyRun(record, recording, pyspy_lines, child_exit)
+
+
+_INTERRUPTED_LINE = re.compile(r"^rlperf: (error: )?interrupted by SIG\w+ (before|during) ")
+
+
+def _pyspy_child(pyspy_pid: int) -> int | None:
+    """The pid of the process py-spy started (None until it has)."""
+    import psutil
+
+    try:
+        children = psutil.Process(pyspy_pid).children()
+    except psutil.Error:
+        return None
+    return children[0].pid if children else None
+
+
+def child_failed(record_file: str | Path, code: int) -> None:
+    """The py-spy child's side: it ended with ``code`` before writing its record (its error is on stderr)."""
+    with contextlib.suppress(OSError):
+        Path(f"{record_file}.exit").write_text(str(code))
+
+
+def stop_with_parent() -> None:
+    """The py-spy child's side: when the ``rlperf profile`` that started it is gone (killed), stop
+    the run as on SIGTERM rather than train on for nobody."""
+    parent = os.environ.get(CHILD_PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while _alive(int(parent)):
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="rlperf-parent-watch", daemon=True).start()
 
 
 def _is_pyspy_error(line: str) -> bool:
@@ -326,7 +486,7 @@ def _is_pyspy_error(line: str) -> bool:
 def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
     run_dir = Path(record["run_dir"])
     speedscope = run_dir / "pyspy.speedscope.json"
-    shutil.move(str(recording), speedscope)
+    copy_atomic(recording, speedscope)
     samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
     record["profile"]["py_spy"] = {
         "svg": "pyspy.svg",
@@ -342,21 +502,33 @@ def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None
 # -- the command -------------------------------------------------------------------------------
 
 
-def profile_under_pyspy(child_args: list[str], out: Path, native: bool) -> tuple[dict[str, Any] | None, str | None]:
-    """The child's record with the flamegraph attached, and why py-spy was skipped (or None).
+def profile_under_pyspy(
+    child_args: list[str], out: Path, native: bool, stop: StopSignal
+) -> tuple[PyspyRun | None, str | None]:
+    """The child's run with the flamegraph attached to its record, and why py-spy was skipped (or None).
 
-    No record means the child did not run to the end: the caller runs in-process instead.
+    No record and no ``child_exit`` means py-spy did not run it to the end: the caller runs
+    in-process instead -- unless ``stop`` is set, when the caller stops. A signal before the child's
+    run started raises RunInterrupted (one line).
     """
     pyspy = find_pyspy()
     if pyspy is None:
         return None, f"not found on PATH ({PYSPY_HINT})"
     check_out(out)
-    with tempfile.TemporaryDirectory(prefix="rlperf-pyspy-") as scratch:
-        record, recording, lines = run_under_pyspy(pyspy, child_args, native, Path(scratch))
-        if record is None or not recording.is_file() or recording.stat().st_size == 0:
-            return record, pyspy_failure(lines)
-        _attach_pyspy(record, recording, native)
-        return record, None
+    tidy_scratch()
+    with scratch_dir("pyspy") as scratch:
+        ran = run_under_pyspy(pyspy, child_args, native, scratch, stop)
+        if ran.record is None:
+            stop.raise_if_set()
+            return ran, None if ran.child_exit is not None else pyspy_failure(ran.lines)
+        if not ran.recording.is_file() or ran.recording.stat().st_size == 0:
+            return ran, pyspy_failure(ran.lines)
+        try:
+            _attach_pyspy(ran.record, ran.recording, native)
+        except DiskError as exc:
+            raise DiskError(f"{exc.message}; run.json keeps the run's record, without its py-spy recording",
+                            hint=exc.hint) from None
+        return ran, None
 
 
 def check_runnable(cfg: Config) -> None:

@@ -3,6 +3,7 @@ so that importing rlperf never touches the user's matplotlib backend)."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from collections.abc import Mapping, Sequence
@@ -74,8 +75,12 @@ def sweep_plot(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], path: 
     if len(lines) > 1 or others:
         axes[0][-1].legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
+    from rlperf.run.files import write_bytes_atomic
+
+    write_bytes_atomic(path, image.getvalue())  # never half a PNG on a full disk
     return path
 
 

@@ -2,16 +2,24 @@
 
 ``checkpoint.pt`` holds everything a resume needs (model, target, optimizer, replay contents and
 cursor, env state, every generator, counters, ε, the loss accumulator, phase statistics and the
-run's history). :class:`CheckpointWriter` writes it atomically and decides when the next periodic
-one is due; both run modes use it. :func:`resume_config` and :func:`load_checkpoint` check, before
-anything is built, that a resume continues the same computation: only :data:`RESUMABLE_KEYS` may
-differ, the device type must match, and the stop condition must lie ahead.
+run's history), and a SHA-256 digest of all of it (:func:`state_digest`: every tensor's bytes,
+dtype and shape, every other value) under ``digest``. :class:`CheckpointWriter` writes it
+atomically and decides when the next periodic one is due; both run modes use it.
+
+:func:`resume_config` and :func:`load_checkpoint` check, before anything is built or written, that
+a resume continues the same computation: the digest matches (a damaged file is refused, however
+well it still unpickles), the counters and fields have their types and ranges, only
+:data:`RESUMABLE_KEYS` may differ, the device type must match, and ``metrics.csv`` is this run's.
+:func:`reached_stop` tells a finished run apart: one whose record was never written (killed between
+its final checkpoint and ``run.json``) gets the record from its checkpoint instead of training.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
+import math
 import random
 import time
 from dataclasses import asdict
@@ -25,9 +33,10 @@ from pydantic import ValidationError
 from rlperf.config import Config, config_from, config_to_dict, flat_keys, load_config
 from rlperf.errors import RlperfError
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_record, save_torch_atomic, write_text_atomic,
+    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record, save_torch_atomic,
+    write_bytes_atomic,
 )
-from rlperf.run.record import RunHistory
+from rlperf.run.record import METRICS_FIELDS, RunHistory
 
 if TYPE_CHECKING:
     from rlperf.buffer import ReplayBuffer
@@ -105,7 +114,8 @@ def _show(value: Any) -> str:
 
 
 def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[str, Any]:
-    """Read ``run_dir``'s checkpoint and check that ``cfg`` on ``device`` can continue it."""
+    """Read ``run_dir``'s checkpoint and check that it is whole and that ``cfg`` on ``device`` can
+    continue it (whether its stop condition lies ahead is :func:`reached_stop`'s question)."""
     path = run_dir / CHECKPOINT_NAME
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -121,11 +131,14 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
         raise RlperfError(
             f"checkpoint {path} has schema {schema}, this rlperf reads <= {SCHEMA}", hint="upgrade rlperf to resume it"
         )
+    if state.get("mode") == "async":
+        raise RlperfError(f"{path} is an async run's checkpoint (weights only)", hint="start a new async run")
     missing = [k for k in ("config", "agent", "buffer", "env", "progress", "timer", "rng", "run") if k not in state]
     if missing:
         raise RlperfError(
             f"checkpoint {path} lacks {', '.join(missing)}", hint="it was written by an older rlperf; start a new run"
         )
+    check_digest(state, path)
     try:
         saved_cfg = Config.model_validate(state["config"])
     except ValidationError as exc:
@@ -134,6 +147,7 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
             f"checkpoint {path} holds a config this rlperf cannot read ({'.'.join(map(str, first['loc']))}: {first['msg']})",
             hint="resume it with the rlperf version that wrote it",
         ) from None
+    check_fields(state, saved_cfg, path)
     changed = _changed_keys(flat_keys(saved_cfg), flat_keys(cfg))
     if changed:
         key, old, new = changed[0]
@@ -152,18 +166,161 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
             f"checkpoint {path} was written on {saved_device}, this run would use {device}",
             hint=f"pass --device {saved_device.type}",
         )
-    p = state["progress"]
-    t = cfg.train
-    if (t.episodes > 0 and p["episodes"] >= t.episodes) or (t.steps > 0 and p["env_steps"] >= t.steps):
-        reached = (
-            f"train.episodes={t.episodes} ({p['episodes']} done)"
-            if t.episodes > 0
-            else f"train.steps={t.steps} ({p['env_steps']} done)"
-        )
-        raise RlperfError(
-            f"run {run_dir} already reached {reached}", hint="pass a larger --steps or --episodes to continue it"
-        )
+    read_metrics_header(run_dir / METRICS_NAME, METRICS_FIELDS)  # a foreign or damaged curve: refused now
     return state
+
+
+def reached_stop(progress: dict[str, Any], cfg: Config) -> str | None:
+    """``"train.steps=N (M done)"`` when ``progress`` has reached ``cfg``'s stop condition, else None."""
+    t = cfg.train
+    if t.episodes > 0 and progress["episodes"] >= t.episodes:
+        return f"train.episodes={t.episodes} ({progress['episodes']} done)"
+    if t.steps > 0 and progress["env_steps"] >= t.steps:
+        return f"train.steps={t.steps} ({progress['env_steps']} done)"
+    return None
+
+
+def unrecorded_finish(run_dir: Path, state: dict[str, Any]) -> bool:
+    """Whether the checkpoint is a finished run's (its own config's stop condition reached) whose
+    ``run.json`` is missing or older: the process was killed between the two final writes."""
+    saved_cfg = Config.model_validate(state["config"])
+    if reached_stop(state["progress"], saved_cfg) is None:
+        return False
+    if not (run_dir / RECORD_NAME).exists():
+        return True
+    record = read_record(run_dir)
+    described = (record.get("checkpoint") or {}).get("env_steps")
+    return not (record.get("status") == "completed" and described == state["progress"]["env_steps"])
+
+
+# -- integrity ----------------------------------------------------------------------------------
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """SHA-256 over everything in a checkpoint but its ``digest``: keys, every tensor's dtype, shape
+    and bytes, every other value. Damage that still unpickles (a flipped bit inside a tensor)
+    changes it."""
+    h = hashlib.sha256()
+    _digest_into(h, {k: v for k, v in state.items() if k != "digest"})
+    return h.hexdigest()
+
+
+def _digest_into(h: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, dict):
+        h.update(f"D{len(value)}".encode())
+        for key in sorted(value, key=repr):
+            h.update(repr(key).encode())
+            _digest_into(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{type(value).__name__[0]}{len(value)}".encode())
+        for item in value:
+            _digest_into(h, item)
+    else:  # None, bool, int, float, str, bytes
+        h.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def with_digest(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its ``digest`` (what :func:`check_digest` checks on load)."""
+    return {**state, "digest": {"algorithm": "sha256", "value": state_digest(state)}}
+
+
+def check_digest(state: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose contents do not match the digest it was written with."""
+    digest = state.get("digest")
+    if not isinstance(digest, dict) or digest.get("algorithm") != "sha256" or not isinstance(digest.get("value"), str):
+        raise RlperfError(f"checkpoint {path} has no digest to check it against",
+                          hint="it was written by an older rlperf or edited by hand; start a new run")
+    if state_digest(state) != digest["value"]:
+        raise RlperfError(f"checkpoint {path} is damaged: its contents do not match the digest it was written with",
+                          hint="restore it from a copy, or start a new run")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _count(x: Any) -> bool:
+    return _is_int(x) and x >= 0
+
+
+def _seconds(x: Any) -> bool:
+    return _is_number(x) and 0 <= x < math.inf
+
+
+def _device(x: Any) -> bool:
+    if not isinstance(x, str):
+        return False
+    try:
+        torch.device(x)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+_WARM_KEYS = ("env_steps", "updates", "episodes")
+_FIELDS: tuple[tuple[str, Any, str], ...] = (
+    # (section.key, check, what it must be)
+    *((f"progress.{k}", _count, "an integer >= 0")
+      for k in ("vector_steps", "env_steps", "updates", "episodes", "best_score", "episode_steps", "loss_count")),
+    ("progress.epsilon", lambda x: _is_number(x) and 0 <= x <= 1, "a number in [0, 1]"),
+    ("progress.owed_updates", _seconds, "a number >= 0"),
+    ("progress.last_loss", _is_number, "a number"),
+    ("progress.status", lambda x: isinstance(x, str), "a string"),
+    *((f"progress.{k}", lambda x: isinstance(x, list) and all(_is_number(v) for v in x), "a list of numbers")
+      for k in ("scores", "returns")),
+    ("progress.loss_sum", lambda x: x is None or isinstance(x, torch.Tensor), "a tensor or None"),
+    ("agent.updates", _count, "an integer >= 0"),
+    ("run.started_at", lambda x: isinstance(x, str), "a string"),
+    ("run.device", _device, "a device such as cpu or cuda:0"),
+    ("run.command", lambda x: isinstance(x, list) and all(isinstance(a, str) for a in x), "a list of strings"),
+    ("run.wall_s", _seconds, "a number of seconds >= 0"),
+    ("run.resumed", lambda x: isinstance(x, list) and all(isinstance(v, dict) for v in x), "a list of tables"),
+    ("run.at_warmup_end", lambda x: isinstance(x, dict) and all(_count(x.get(k)) for k in _WARM_KEYS),
+     "a table of env_steps, updates and episodes >= 0"),
+    ("timer.steps", _count, "an integer >= 0"),
+    ("timer.wall_s", _seconds, "a number of seconds >= 0"),
+    ("timer.phases", lambda x: isinstance(x, dict), "a table"),
+)
+_MISSING = object()
+
+
+def check_fields(state: dict[str, Any], cfg: Config, path: Path) -> None:
+    """The counters and fields a resume reads, with their types and ranges: one line for the first
+    that is wrong (a checkpoint edited by hand, or written by a different program)."""
+    from rlperf.dqn import Progress
+
+    def bad(field: str, value: Any, want: str) -> RlperfError:
+        shown = "missing" if value is _MISSING else f"= {value!r}" if len(repr(value)) <= 40 else f"= {repr(value)[:37]}..."
+        return RlperfError(f"checkpoint {path} has {field} {shown}, expected {want}",
+                           hint="the checkpoint was changed after rlperf wrote it; start a new run")
+
+    for section in ("progress", "run", "timer", "agent", "buffer", "rng"):
+        if not isinstance(state[section], dict):
+            raise bad(section, state[section], "a table")
+    for field, check, want in _FIELDS:
+        section, key = field.split(".")
+        value = state[section].get(key, _MISSING)
+        if value is _MISSING or not check(value):
+            raise bad(field, value, want)
+    for section, known in (("progress", set(Progress.__dataclass_fields__)), ("run", set(RunHistory.__dataclass_fields__))):
+        unknown = sorted(set(state[section]) - known)
+        if unknown:
+            raise bad(f"{section}.{unknown[0]}", state[section][unknown[0]], "no such key")
+    p = state["progress"]
+    if p["env_steps"] != p["vector_steps"] * cfg.env.num_envs:
+        raise bad("progress.env_steps", p["env_steps"],
+                  f"vector_steps x env.num_envs = {p['vector_steps']} x {cfg.env.num_envs}")
+    if state["agent"]["updates"] != p["updates"]:
+        raise bad("agent.updates", state["agent"]["updates"], f"progress.updates ({p['updates']})")
 
 
 def restore(
@@ -190,34 +347,41 @@ def restore(
 
 
 def tidy_for_resume(run_dir: Path, vector_steps: int) -> None:
-    """Drop what a killed process left after its checkpoint: temp files and later metrics rows."""
+    """Drop what a killed process left after its checkpoint: temp files and later metrics rows.
+
+    The header was checked by :func:`load_checkpoint`; rows that do not parse (torn, or bytes that
+    are not UTF-8) are dropped with the rows after the checkpoint.
+    """
     for tmp in run_dir.glob(".*.tmp"):  # from atomic writes cut short; the run is locked, so none is live
         with contextlib.suppress(OSError):
             tmp.unlink()
     path = run_dir / METRICS_NAME
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return
-    lines = text.splitlines(keepends=True)
+    lines = data.splitlines(keepends=True)
     if not lines:
         return
-    header = next(csv.reader([lines[0]]))
+    try:
+        header = next(csv.reader([lines[0].decode("utf-8")]))
+    except (UnicodeDecodeError, StopIteration):
+        return  # read_metrics_header refuses it with one line
     if "vector_steps" not in header:
-        return  # MetricsCSV refuses a foreign file with one line
+        return
     column = header.index("vector_steps")
 
-    def keep(line: str) -> bool:
-        if not line.endswith("\n"):
+    def keep(line: bytes) -> bool:
+        if not line.endswith(b"\n"):
             return False  # a torn last row
         try:
-            return int(next(csv.reader([line]))[column]) <= vector_steps
-        except (ValueError, IndexError, StopIteration):
+            return int(next(csv.reader([line.decode("utf-8")]))[column]) <= vector_steps
+        except (ValueError, IndexError, StopIteration, UnicodeDecodeError):
             return False
 
     kept = [lines[0]] + [line for line in lines[1:] if keep(line)]
     if len(kept) != len(lines):
-        write_text_atomic(path, "".join(kept))
+        write_bytes_atomic(path, b"".join(kept))
 
 
 def rng_state() -> dict[str, Any]:
@@ -287,7 +451,7 @@ class CheckpointWriter:
 
     def write(self, state: dict[str, Any], progress: Progress) -> None:
         t0 = time.perf_counter()
-        save_torch_atomic(self.path, state)
+        save_torch_atomic(self.path, with_digest(state))
         self.written_at = time.perf_counter()
         self.cost_s = self.written_at - t0
         self.env_steps, self.vector_steps = progress.env_steps, progress.vector_steps

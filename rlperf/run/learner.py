@@ -32,15 +32,20 @@ actors leave free. ε decays over env steps as in sync mode: actors that out-run
 ``eps_end`` early, so give exploration more steps (``agent.eps_decay_steps``).
 
 Robustness: the learner checks its actors every 0.1 s (a dead one ends the run as ``failed``
-naming the actor and its exit code, or is restarted with ``async.restart_actors``), every wait has
-a timeout, children ignore SIGINT and stop on the shared flag, actors exit when the learner
-disappears, and the segment is unlinked on every ending (named after the learner's pid, so a
-killed learner's segment is removed at the next start).
+naming the actor and its exit code, or is restarted with ``async.restart_actors``; a live one that
+has taken no step for ``async.stall_timeout_s`` -- stopped, hung -- is killed and handled the same
+way), every wait has a timeout, children ignore SIGINT and stop on the shared flag, actors exit
+when the learner disappears, and the segment is unlinked on every ending. When the whole process
+group is killed, the run's :class:`~rlperf.run.janitor.Janitor` (a process in its own session)
+unlinks the segment and the semaphores and kills what is left of the actors; a segment that still
+survives (no janitor could start) is named after the learner's pid and removed at the next start.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -59,15 +64,18 @@ from rlperf.config import Config, config_to_dict, to_toml
 from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
 from rlperf.env.vector import observation_shape
-from rlperf.errors import ConfigError
+from rlperf.errors import ConfigError, DiskError
 from rlperf.report.dashboard import Dashboard
 from rlperf.run.actors import (
-    ACTOR_PHASES, CTRL_PUBLISHED_AT, CTRL_SEQ, CTRL_STOP, CTRL_UPDATES, DONE, EPISODE_RING, SLOT, STARTING, STOPPED,
+    ACTOR_PHASES, CTRL_PUBLISHED_AT, CTRL_SEQ, CTRL_STOP, CTRL_UPDATES, DONE, EPISODE_RING, RUNNING, SLOT, STARTING, STOPPED,
     Plan, actor_main, layout_for, shared_qnetwork, shared_views,
 )
 from rlperf.run.checkpoint import CheckpointWriter
-from rlperf.run.files import SCHEMA, CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, MetricsCSV, make_run_dir, \
-    write_json_atomic, write_text_atomic
+from rlperf.run.files import (
+    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, MetricsCSV, SpaceReserve, discard_run_dir,
+    forget_run_dir, make_run_dir, write_json_atomic, write_text_atomic,
+)
+from rlperf.run.janitor import Janitor
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
 from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory
 from rlperf.run.shm import ReplayLockTimeout, ReplayReader, Segment, SeqLock, cleanup_stale, new_run_id, \
@@ -76,6 +84,7 @@ from rlperf.run.signals import StopSignal, exit_code
 from rlperf.timers import PhaseTimer
 
 CHECK_EVERY_S = 0.1  # liveness checks: a dead actor is seen within this (+ one update)
+START_TIMEOUT_S = 120.0  # an actor that has not taken its first step by then (spawn, imports) is stalled
 STOP_GRACE_S = 5.0
 MAX_RESTARTS = 10  # per actor; a crash loop ends the run instead of spinning
 
@@ -213,12 +222,14 @@ class Learner:
         self.cfg = cfg
 
     def run(
-        self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool, kind: str
+        self, out: str | Path, name: str | None, command: list[str] | None, quiet: bool, show: bool, kind: str,
+        stop: StopSignal | None = None,
     ) -> RunResult:
         cfg = self.cfg = usable_async_config(self.cfg)
         self.obs_shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
         check_async(cfg)
-        self.stop = StopSignal()
+        self.stop = stop if stop is not None else StopSignal()
+        self.stop.arm()
         with thread_settings_restored(), self.stop.installed():
             self.device = prepare(cfg)
             seed_everything(cfg.run.seed)
@@ -240,7 +251,10 @@ class Learner:
             self.run_dir = make_run_dir(out, name, prefix=kind)
             self.kind = kind
             self.history = RunHistory(started_at=now(), command=list(command or sys.argv), device=str(self.device))
-            self.segment = Segment(segment_name(new_run_id(), "run"), self.layout, create=True)
+            self.janitor = Janitor()
+            name_ = segment_name(new_run_id(), "run")
+            self.janitor.shm(name_)  # told first: a kill from here on still removes it
+            self.segment = Segment(name_, self.layout, create=True)
             self.procs: list[Any] = []
             safety_net = register_cleanup(self.procs, self.segment)
             try:
@@ -250,6 +264,16 @@ class Learner:
                 self.segment.unlink()
                 self.segment.close()
                 atexit.unregister(safety_net)
+                self._release_semaphores()
+                self.janitor.dismiss()
+
+    def _release_semaphores(self) -> None:
+        """Drop every reference to the replay lock and the wake-up semaphore, so that
+        ``multiprocessing`` unlinks their names now (its finalizer), not at the interpreter's exit."""
+        self.procs.clear()
+        for name in ("plan", "lock", "wake", "reader"):
+            self.__dict__.pop(name, None)
+        gc.collect()
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -258,12 +282,13 @@ class Learner:
         arrays = self.segment.arrays
         self.ctrl, self.slots = arrays["ctrl"], arrays["slots"]
         self.rss_scope = reset_peak_memory(self.device)
-        write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
-        self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+        self._open_files()
         self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, None)
         ctx = spawn_context()
         lock = ctx.Lock() if a.buffer == "locked" else None
         self.wake = ctx.BoundedSemaphore(1) if a.wait == "event" else None
+        for semaphore in filter(None, (lock, self.wake)):
+            self.janitor.semaphore(semaphore._semlock.name)
         self.plan = Plan(
             cfg,
             self.segment.name,
@@ -299,6 +324,10 @@ class Learner:
         self.restart_events: list[dict[str, Any]] = []
         self.exit_codes: list[int | None] = [None] * a.actors
         self.failure: dict[str, Any] | None = None
+        self.disk: DiskError | None = None
+        self.progress_seen: list[tuple[float, float]] = [(0.0, time.monotonic())] * a.actors  # (vector steps, since)
+        self.stalled: list[float | None] = [None] * a.actors
+        self.stepping = [False] * a.actors  # has stepped since it (re)started
         self.publishes, self.publish_s, self.wait_s, self.waits, self.busy_s = 0, 0.0, 0.0, 0, 0.0
         self.episodes_read = [0] * a.actors
         self.episodes_lost = 0
@@ -357,12 +386,28 @@ class Learner:
                         self._wait(published)
         except ActorFailure as exc:
             status, error, self.failure = "failed", str(exc), exc.detail
+        except DiskError as exc:  # metrics.csv: the disk is full
+            status, error, self.disk = "failed", str(exc), exc
         except ReplayLockTimeout as exc:
             status, error = "failed", f"{exc}: an actor may be stuck or have died inside it"
         except Exception as exc:  # a bug or an OOM: keep the record of what was measured, then surface it
             self._finish("failed", f"{type(exc).__name__}: {exc}")
             raise
         return self._finish(status, error)
+
+    def _open_files(self) -> None:
+        """The space held back for the record, config.toml and metrics.csv's header; a disk error here,
+        before any actor started, leaves nothing of the run."""
+        self.reserve: SpaceReserve | None = None
+        try:
+            self.reserve = SpaceReserve(self.run_dir)
+            write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(self.cfg))
+            self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+        except DiskError:
+            if self.reserve is not None:
+                self.reserve.release()
+            discard_run_dir(self.run_dir)
+            raise
 
     def _after_update(self) -> None:
         a = self.cfg.async_
@@ -410,9 +455,37 @@ class Learner:
         proc = start_actor(self.ctx, self.plan, index, self.restarts[index])
         self.procs[index] = proc
         self.pids[index].append(proc.pid)
+        self.janitor.process(proc.pid)
+        self.progress_seen[index] = (float(slot[SLOT["vector_steps"]]), time.monotonic())
+        self.stepping[index] = False
+        self.stalled[index] = None
+
+    def _check_stalls(self) -> None:
+        """An actor alive but taking no step for ``async.stall_timeout_s`` (stopped, hung) is killed
+        here; :meth:`_check_actors` then handles it like one that died."""
+        limit = self.cfg.async_.stall_timeout_s
+        now = time.monotonic()
+        for i, proc in enumerate(self.procs):
+            if proc is None or proc.exitcode is not None:
+                continue
+            state = int(self.slots[i, SLOT["state"]])
+            steps = float(self.slots[i, SLOT["vector_steps"]])
+            seen, since = self.progress_seen[i]
+            if steps != seen or state in (DONE, STOPPED):
+                self.progress_seen[i] = (steps, now)
+                self.stepping[i] = self.stepping[i] or (steps != seen and state == RUNNING)
+                continue
+            # Until its first step an actor is starting (spawn, imports, the first forward pass).
+            allowed = limit if self.stepping[i] else max(START_TIMEOUT_S, 10 * limit)
+            if now - since > allowed:
+                self.stalled[i] = now - since
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGKILL)  # the only signal a stopped process cannot hold back
+                proc.join(1.0)
 
     def _check_actors(self) -> None:
         """Liveness: a dead actor is restarted or ends the run (called every CHECK_EVERY_S and in lock waits)."""
+        self._check_stalls()
         for i, proc in enumerate(self.procs):
             if proc is None or proc.exitcode is None:
                 continue
@@ -421,12 +494,19 @@ class Learner:
                 continue
             detected = time.monotonic()
             error = bytes(self.segment.arrays["errors"][i]).split(b"\0", 1)[0].decode(errors="replace")
-            message = describe_exit(i, proc.pid, proc.exitcode, error)
+            stalled = self.stalled[i]
+            if stalled is not None:
+                limit = self.cfg.async_.stall_timeout_s
+                message = (f"actor {i} (pid {proc.pid}) took no step for {stalled:.1f} s (async.stall_timeout_s={limit:g}): "
+                           f"stalled, killed")
+            else:
+                message = describe_exit(i, proc.pid, proc.exitcode, error)
             detail = {
                 "actor": i,
                 "pid": proc.pid,
                 "exit_code": proc.exitcode,
                 "error": error or None,
+                "stalled_s": stalled,
                 "detected_monotonic": detected,
                 "env_steps": int(self.slots[:, SLOT["env_steps"]].sum()),
             }
@@ -630,7 +710,10 @@ class Learner:
     def _finish(self, status: str, error: str | None) -> RunResult:
         t_end = time.perf_counter()
         self._stop_actors()
-        self._log_quietly()
+        try:
+            self._log_quietly()
+        except DiskError as exc:
+            status, error, self.disk = "failed", error or str(exc), self.disk or exc
         self.metrics.close()
         cfg, a, p = self.cfg, self.cfg.async_, self.progress
         m = self._async_metrics(t_end)
@@ -638,16 +721,19 @@ class Learner:
         timing = self.timer.to_dict()
         warmup_s = (self.window_start or (self.t_all_running or self.t_start,))[0] - self.t_start
         if cfg.train.checkpoint and status in ("completed", "interrupted"):
-            self.checkpoints.write(
-                {
-                    "schema": SCHEMA,
-                    "mode": "async",
-                    "config": config_to_dict(cfg),
-                    "agent": self.agent.state_dict(),
-                    "progress": p.state_dict(),
-                },
-                p,
-            )
+            try:
+                self.checkpoints.write(
+                    {
+                        "schema": SCHEMA,
+                        "mode": "async",
+                        "config": config_to_dict(cfg),
+                        "agent": self.agent.state_dict(),
+                        "progress": p.state_dict(),
+                    },
+                    p,
+                )
+            except DiskError as exc:
+                status, error, self.disk = "failed", str(exc), exc
         s = self.slots
         replay_bytes = self.rings * self.ring_capacity * (2 * 4 * int(np.prod(self.obs_shape)) + 8 + 4 + 4)
         record = build_record(
@@ -709,10 +795,33 @@ class Learner:
                 for i in range(a.actors)
             ],
         }
-        write_json_atomic(self.run_dir / RECORD_NAME, record)
+        self._write_record(record)
         if self.board.enabled:
             self.board.console.print(async_table(record["async"]))
         return RunResult(self.run_dir, record, exit_code(status, self.stop.signum))
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        """``run.json``, with the space held back for it; a disk error (the run's or the record's own)
+        is raised after it as one line (the sync run's :meth:`rlperf.run.lifecycle.SyncRun._write_record`)."""
+        from rlperf.run.lifecycle import _with_detail
+
+        if self.reserve is not None:
+            self.reserve.release()
+        steps = self.progress.env_steps
+        try:
+            write_json_atomic(self.run_dir / RECORD_NAME, record)
+        except DiskError as exc:
+            if self.checkpoints.env_steps is None:
+                discard_run_dir(self.run_dir)
+                left = f"the run stopped at env step {steps} and nothing of it was kept"
+            else:
+                left = (f"the run stopped at env step {steps}; its record could not be written, its weights are in "
+                        f"{CHECKPOINT_NAME}")
+            raise _with_detail(self.disk or exc, left) from None
+        forget_run_dir(self.run_dir)
+        if self.disk is not None:
+            raise _with_detail(self.disk, f"the run stopped at env step {steps}: run.json says failed",
+                               record=record, run_dir=self.run_dir) from None
 
     def _log_quietly(self) -> None:
         enabled, self.board.enabled = self.board.enabled, False

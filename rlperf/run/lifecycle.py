@@ -9,7 +9,15 @@ the knobs and the memory the run will need, builds the env, buffer and agent, ru
 - **Signals.** SIGINT and SIGTERM stop the loop at the next vector-step boundary; the checkpoint
   and the record are written with ``status: interrupted`` and the exit code is 130 / 143. The
   handlers stay installed through the final write, so a second Ctrl-C cannot tear it. A signal
-  that arrives before the run directory exists ends the command with nothing written.
+  that arrives before the run directory exists ends the command with nothing written. A caller
+  that runs several runs (sweep, compare) passes its own :class:`StopSignal`, so one signal stops
+  the run in progress and the caller's loop.
+- **Disk errors.** A write the filesystem refuses (full, quota, read-only, no inodes) raises
+  :class:`rlperf.errors.DiskError` (one line: the path, the bytes, what was free; exit code 2).
+  Before the first step it removes the new run directory (nothing is left); during the run it
+  ends the run as ``failed`` with that reason in ``run.json`` and keeps the last good checkpoint.
+  The record can be written on a disk the run filled: the run holds :data:`RESERVE_BYTES` back
+  from its start (:class:`SpaceReserve`) and gives them up right before the record.
 - **Checkpoints.** ``checkpoint.pt`` is written at the first log boundary, then at log boundaries
   at most every ``max(60 s, 50 x the last write's duration)`` (so writing costs at most 2% of the
   run), and at the end of a completed or interrupted run. There is no config key for this on
@@ -23,7 +31,9 @@ the knobs and the memory the run will need, builds the env, buffer and agent, ru
   checkpoint (:mod:`rlperf.run.checkpoint`). ``metrics.csv`` is appended (rows written after the
   checkpoint, by a run that was killed, are dropped first), ``config.toml``, ``checkpoint.pt``
   and ``run.json`` are replaced, and the record lists each resume under ``resumed``. On the CPU a
-  resumed run reproduces the uninterrupted run exactly.
+  resumed run reproduces the uninterrupted run exactly. A run killed between its final checkpoint
+  and its record is finished: its resume writes the missing record from the checkpoint (marked
+  ``recovered``) without training.
 """
 
 from __future__ import annotations
@@ -46,15 +56,16 @@ from rlperf.device import is_out_of_memory, synchronize
 from rlperf.dqn import Agent, Progress, run_loop, stop_reached
 from rlperf.env.backends import make_env
 from rlperf.env.vector import observation_shape
-from rlperf.errors import RlperfError
+from rlperf.errors import DiskError, RlperfError
 from rlperf.report.dashboard import Dashboard
 from rlperf.run.checkpoint import (
-    CheckpointWriter, check_run_dir, checkpoint_state, load_checkpoint, restore, resume_config, tidy_for_resume,
+    CheckpointWriter, check_run_dir, checkpoint_state, load_checkpoint, reached_stop, restore, resume_config,
+    tidy_for_resume, unrecorded_finish,
 )
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, MetricsCSV, lock_run_dir, make_run_dir, write_json_atomic,
-    write_text_atomic,
+    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, RESERVE_BYTES, MetricsCSV, SpaceReserve, check_run_name,
+    discard_run_dir, forget_run_dir, lock_run_dir, make_run_dir, read_record, write_json_atomic, write_text_atomic,
 )
 from rlperf.run.learner import Learner
 from rlperf.run.memory import check_run_memory, oom_message, refusing_oom
@@ -64,7 +75,8 @@ from rlperf.run.record import (
 from rlperf.run.signals import RunInterrupted, StopSignal, exit_code
 from rlperf.timers import PHASES, PhaseTimer
 
-__all__ = ["METRICS_FIELDS", "RunHooks", "RunInterrupted", "RunResult", "resume_config", "train_run"]
+__all__ = ["METRICS_FIELDS", "RESERVE_BYTES", "RunHooks", "RunInterrupted", "RunResult", "StopSignal", "resume_config",
+           "train_run"]
 
 
 @dataclass
@@ -86,18 +98,23 @@ def train_run(
     kind: str = "train",
     hooks: RunHooks | None = None,
     resume: str | Path | None = None,
+    stop: StopSignal | None = None,
 ) -> RunResult:
     """Train with ``cfg`` and write a new run directory under ``out``, or continue ``resume``.
 
     With ``resume`` (a run directory) the run continues in that directory and ``out``/``name``
-    are not used; build ``cfg`` with :func:`resume_config`. Raises RlperfError on bad input, in
-    which case nothing was written.
+    are not used; build ``cfg`` with :func:`resume_config`. ``stop``: the caller's stop signal (a
+    sweep's, a comparison's, the command line's); by default the run installs its own. Raises
+    RlperfError on bad input, in which case nothing was written, and DiskError when the
+    filesystem refuses a write (see the module docstring for what is left).
     """
+    stop = stop if stop is not None else StopSignal()
+    stop.arm()
+    check_run_name(name)
     if cfg.run.mode == "async":
         if resume is not None:
             raise RlperfError("--resume works for run.mode=sync runs only", hint="start a new async run")
-        return Learner(cfg).run(out, name, command, quiet, dashboard, kind)
-    stop = StopSignal()
+        return Learner(cfg).run(out, name, command, quiet, dashboard, kind, stop=stop)
     with thread_settings_restored(), stop.installed(), contextlib.ExitStack() as held:
         return _build_and_run(cfg, out, name, command, quiet, dashboard, kind, hooks or RunHooks(), resume, stop, held)
 
@@ -115,6 +132,14 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         run_dir = check_run_dir(resume)
         held.callback(os.close, lock_run_dir(run_dir))
         saved = load_checkpoint(run_dir, cfg, device)
+        reached = reached_stop(saved["progress"], cfg)
+        if reached is not None:
+            if unrecorded_finish(run_dir, saved):
+                stop.raise_if_set("the record was written")
+                return record_from_checkpoint(run_dir, saved, device, kind, list(command or sys.argv))
+            raise RlperfError(f"run {run_dir} already reached {reached}",
+                              hint="pass a larger --steps or --episodes to continue it")
+    stop.raise_if_set()
     check_run_memory(cfg, obs_shape, device)
     seed_everything(cfg.run.seed)
     with refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
@@ -135,14 +160,40 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     else:
         history = RunHistory(started_at=now(), command=list(command or sys.argv), device=str(device))
     stop.raise_if_set()
+    new = run_dir is None
     if run_dir is None:
         run_dir = make_run_dir(out, name, prefix=kind)  # only once everything was accepted
         held.callback(os.close, lock_run_dir(run_dir))
-    else:
-        tidy_for_resume(run_dir, progress.vector_steps)
     run = SyncRun(cfg=cfg, device=device, run_dir=run_dir, kind=kind, env=env, buffer=buffer, agent=agent, timer=timer,
                   progress=progress, history=history, hooks=hooks, stop=stop)
-    return run.run(resumed=saved is not None, show=show and not quiet)
+    return run.run(resumed=saved is not None, show=show and not quiet, new_dir=new)
+
+
+def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.device, kind: str,
+                           command: list[str]) -> RunResult:
+    """The record of a finished run that was killed before writing it, built from its final checkpoint
+    (counters, phase statistics, learning, history); nothing is trained. Memory peaks were not
+    measured by this process: they are null, with ``rss_scope: "not measured"``."""
+    cfg = Config.model_validate(state["config"])
+    e = cfg.env
+    obs_shape = observation_shape(e.size, e.obs, e.flood_fill)
+    timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=cfg.train.warmup_steps)
+    timer.load_state_dict(state["timer"])
+    progress = Progress()
+    progress.load_state_dict(state["progress"])
+    history = RunHistory(**state["run"])
+    with contextlib.suppress(RlperfError, OSError):
+        kind = read_record(run_dir).get("kind") or kind
+    tidy_for_resume(run_dir, progress.vector_steps)
+    p = progress
+    checkpoint = {"file": CHECKPOINT_NAME, "env_steps": p.env_steps, "vector_steps": p.vector_steps}
+    record = sync_record(cfg, device, run_dir, kind, history, p, timer, "completed", history.wall_s, "not measured",
+                         None, checkpoint, obs_shape)
+    record["memory"].update(peak_rss_mb=None, peak_cuda_mb=None)
+    record["recovered"] = {"at": now(), "from": CHECKPOINT_NAME, "command": command,
+                           "why": "the run was stopped after its final checkpoint, before its record was written"}
+    write_json_atomic(run_dir / RECORD_NAME, record)
+    return RunResult(run_dir, record, 0)
 
 
 @dataclass(kw_only=True)
@@ -214,16 +265,30 @@ class SyncRun:
 
     # -- the run ---------------------------------------------------------------------------------
 
-    def run(self, resumed: bool, show: bool) -> RunResult:
+    def run(self, resumed: bool, show: bool, new_dir: bool) -> RunResult:
         cfg, t, p = self.cfg, self.cfg.train, self.progress
         rss_scope = reset_peak_memory(self.device)
-        write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
-        self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+        self.new_dir = new_dir
+        self.resumed_at = p.env_steps if resumed else None
+        self.reserve: SpaceReserve | None = None
+        try:
+            if resumed:  # first: it removes temp files, and the reserve is named like one
+                tidy_for_resume(self.run_dir, p.vector_steps)
+            self.reserve = SpaceReserve(self.run_dir)
+            write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
+            self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+        except DiskError:  # before the first step: nothing of this run is kept
+            if self.reserve is not None:
+                self.reserve.release()
+            if new_dir:
+                discard_run_dir(self.run_dir)
+            raise
         self.tb = _tensorboard(self.run_dir) if t.tensorboard else None
         self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, p if resumed else None)
         total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
         self.board = Dashboard(total, unit, enabled=show)
         status, error, failure = "completed", None, None
+        disk: DiskError | None = None
         try:
             # Inside the handler: a reset can run out of memory too (a large N on a GPU).
             obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
@@ -235,6 +300,8 @@ class SyncRun:
                 status, error = "diverged", self._divergence_message()
             elif self.stop() and not stop_reached(cfg, p):  # a signal on the last step: the run is complete
                 status = "interrupted"
+        except DiskError as exc:  # metrics.csv or a periodic checkpoint: the disk is full
+            status, error, disk = "failed", str(exc), exc
         except Exception as exc:
             if is_out_of_memory(exc):
                 status, error = "failed", oom_message(exc, self.device, self.checkpoints.env_steps)
@@ -247,26 +314,45 @@ class SyncRun:
         # Only a run that stopped at a clean step boundary is checkpointed at the end: a diverged run's
         # weights are not saved over the last good checkpoint, and a failed step may be half done.
         if t.checkpoint and status in ("completed", "interrupted"):
-            self.checkpoints.write(self.state(), p)
+            try:
+                self.checkpoints.write(self.state(), p)
+            except DiskError as exc:
+                status, error, disk = "failed", str(exc), exc
         record = self.record(status, wall, rss_scope, error)
-        write_json_atomic(self.run_dir / RECORD_NAME, record)
+        self._write_record(record, disk)
         if failure is not None:
             raise failure
         return RunResult(self.run_dir, record, exit_code(status, self.stop.signum))
 
+    def _write_record(self, record: dict[str, Any], disk: DiskError | None) -> None:
+        """Write ``run.json`` with the space held back for it; a disk error (the run's, or the
+        record's own) is raised after it, as one line saying what the run directory holds."""
+        if self.reserve is not None:
+            self.reserve.release()
+        p, kept = self.progress, self.checkpoints.env_steps
+        checkpoint = (f"checkpoint.pt is from env step {kept}" if kept is not None else "there is no checkpoint")
+        try:
+            write_json_atomic(self.run_dir / RECORD_NAME, record)
+        except DiskError as exc:
+            if not self.new_dir and kept == self.resumed_at:  # no checkpoint of its own: as it was before
+                self.metrics.rollback()
+            first = disk or exc
+            if kept is None and self.new_dir:
+                discard_run_dir(self.run_dir)
+                left = f"the run stopped at env step {p.env_steps} and nothing of it was kept"
+            else:
+                left = (f"the run stopped at env step {p.env_steps} and its record could not be written: "
+                        f"{checkpoint}, continue it with rlperf train --resume {self.run_dir}")
+            raise _with_detail(first, left) from None
+        forget_run_dir(self.run_dir)
+        if disk is not None:
+            raise _with_detail(disk, f"the run stopped at env step {p.env_steps}: run.json says failed, {checkpoint}",
+                               record=record, run_dir=self.run_dir) from None
+
     def record(self, status: str, wall: float, rss_scope: str, error: str | None) -> dict[str, Any]:
-        timing, p = self.timer.to_dict(), self.progress
-        # Rates over the measured window; a run that was all warm-up is measured whole.
-        warm = self.history.at_warmup_end if self.timer.measured_steps else {"env_steps": 0, "updates": 0, "episodes": 0}
-        window = Window(timing["wall_s"] if timing["wall_s"] > 0 else wall, p.env_steps - warm["env_steps"],
-                        p.updates - warm["updates"], p.episodes - warm["episodes"])
-        return build_record(
-            cfg=self.cfg, device=self.device, run_dir=self.run_dir, history=self.history, kind=self.kind, status=status,
-            progress=p, timing=timing, window=window, wall_s=wall,
-            phases={name: timing["phases"][name] for name in PHASES if name in timing["phases"]},
-            episode_length=p.episode_steps / p.episodes if p.episodes else None, rss_scope=rss_scope,
-            memory={"replay_mb": ReplayBuffer.estimate_nbytes(self.buffer.capacity, self.buffer.obs_shape) / 2**20},
-            checkpoint=self.checkpoints.describe(), error=error)
+        return sync_record(self.cfg, self.device, self.run_dir, self.kind, self.history, self.progress, self.timer,
+                           status, wall, rss_scope, error, self.checkpoints.describe(), self.buffer.obs_shape,
+                           capacity=self.buffer.capacity)
 
     def _divergence_message(self) -> str:
         p, cfg = self.progress, self.cfg
@@ -275,6 +361,33 @@ class SyncRun:
                 if self.checkpoints.env_steps is not None else "no checkpoint was written before it")
         hint = f"try an agent.lr below {cfg.agent.lr:g}" + (", and agent.grad_clip > 0" if cfg.agent.grad_clip == 0 else "")
         return f"{what} by env step {p.env_steps}; {kept} ({hint})"
+
+
+def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory, p: Progress,
+                timer: PhaseTimer, status: str, wall: float, rss_scope: str, error: str | None,
+                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], capacity: int | None = None) -> dict[str, Any]:
+    """A sync run's record from its parts (a run that just ended, or a finished run's checkpoint)."""
+    timing = timer.to_dict()
+    # Rates over the measured window; a run that was all warm-up is measured whole.
+    warm = history.at_warmup_end if timer.measured_steps else {"env_steps": 0, "updates": 0, "episodes": 0}
+    window = Window(timing["wall_s"] if timing["wall_s"] > 0 else wall, p.env_steps - warm["env_steps"],
+                    p.updates - warm["updates"], p.episodes - warm["episodes"])
+    replay = ReplayBuffer.estimate_nbytes(capacity or cfg.buffer.capacity, obs_shape)
+    return build_record(
+        cfg=cfg, device=device, run_dir=run_dir, history=history, kind=kind, status=status,
+        progress=p, timing=timing, window=window, wall_s=wall,
+        phases={name: timing["phases"][name] for name in PHASES if name in timing["phases"]},
+        episode_length=p.episode_steps / p.episodes if p.episodes else None, rss_scope=rss_scope,
+        memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
+
+
+def _with_detail(exc: DiskError, detail: str, record: dict[str, Any] | None = None,
+                 run_dir: Path | None = None) -> DiskError:
+    """``exc`` with what the run directory holds now, still one line; the record and run directory
+    ride along for callers that keep going (a sweep)."""
+    out = DiskError(f"{exc.message}; {detail}", hint=exc.hint)
+    out.record, out.run_dir = record, run_dir  # type: ignore[attr-defined]
+    return out
 
 
 def weights_finite(agent: Agent) -> bool:
