@@ -60,6 +60,7 @@ class QNetwork(nn.Module):
 
 def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
+    _check_env_kernel(cfg, device)
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
         raise ConfigError("train.amp=fp16 needs a CUDA device (GradScaler + float16 autocast)", hint="use train.amp=bf16 or off on the CPU")
@@ -77,6 +78,15 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
 
             if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++")):
                 raise ConfigError("train.compile on the CPU needs a C++ compiler (none found on PATH)", hint="install gcc or use train.compile=off")
+
+
+def _check_env_kernel(cfg: Config, device: torch.device) -> None:
+    e = cfg.env
+    if e.kernel == "fused" and e.backend == "tensor":
+        from rlperf.env.vector import resolve_kernel
+
+        # Async actors step their boards on the CPU whatever the learner's device.
+        resolve_kernel(e.kernel, torch.device("cpu") if cfg.run.mode == "async" else device, e.flood_fill, e.size)
 
 
 def epsilon_at(cfg: Config, env_steps: int) -> float:

@@ -26,3 +26,11 @@ class ConfigError(RlperfError, ValueError):
 
 class DeviceError(RlperfError, ValueError):
     """A device that is not available here."""
+
+
+class InvalidActionError(RlperfError, ValueError):
+    """An action outside the env's action space (a value, dtype or shape the env cannot take)."""
+
+
+class ResetNeededError(RlperfError, RuntimeError):
+    """``step`` called before the first ``reset``."""

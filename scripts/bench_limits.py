@@ -58,7 +58,7 @@ class OpTally(TorchDispatchMode):
 
 def tally_step(n: int, flood_fill: str, device: torch.device, steps: int = 20) -> dict:
     """Operators and bytes per step, averaged over ``steps`` steps of a running env (resets included)."""
-    env = VectorSnake(num_envs=n, size=10, obs="features", flood_fill=flood_fill, device=device)
+    env = VectorSnake(num_envs=n, size=10, obs="features", flood_fill=flood_fill, device=device, kernel="ops")
     env.reset(seed=0)
     actions = torch.randint(0, 3, (steps + 10, n), device=device)
     for i in range(10):  # past the first steps, so deaths and resets happen at their usual rate
@@ -71,7 +71,7 @@ def tally_step(n: int, flood_fill: str, device: torch.device, steps: int = 20) -
 
 
 def step_time(n: int, flood_fill: str, device: torch.device, repeats: int, min_time: float) -> list[float]:
-    env = VectorSnake(num_envs=n, size=10, obs="features", flood_fill=flood_fill, device=device)
+    env = VectorSnake(num_envs=n, size=10, obs="features", flood_fill=flood_fill, device=device, kernel="ops")
     env.reset(seed=0)
     actions = torch.randint(0, 3, (64, n), device=device)
     state = {"i": 0}

@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import VectorSnake
+from rlperf.env.vector import VectorSnake, resolve_kernel
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 
@@ -35,6 +35,7 @@ class GymVectorBackend:
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.kernel_info = planned_kernel(kind, "auto", device, env_kwargs.get("flood_fill", "off"), 0)
 
     def reset(self, *, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         obs, infos = self.envs.reset(seed=seed)
@@ -79,11 +80,25 @@ def make_env(
     flood_fill: str = "off",
     initial_length: int = 3,
     hunger: int | None = None,
+    kernel: str = "auto",
 ) -> VectorSnake | GymVectorBackend:
-    """Build the training env for ``backend`` with the same rules and observation everywhere."""
+    """Build the training env for ``backend`` with the same rules and observation everywhere.
+
+    ``kernel`` (``env.kernel``) picks VectorSnake's step kernel; it does not apply to the Gymnasium
+    backends. Either env's ``kernel_info`` says which kernel runs and why (for the run record).
+    """
     kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
-        return VectorSnake(num_envs=num_envs, device=device, **kwargs)
+        return VectorSnake(num_envs=num_envs, device=device, kernel=kernel, **kwargs)
     if backend in ("gym-sync", "gym-async"):
         return GymVectorBackend(backend, num_envs, device, **kwargs)
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def planned_kernel(backend: str, kernel: str, device: torch.device, flood_fill: str, size: int) -> dict[str, str | None]:
+    """The ``kernel_info`` an env built with these settings will have, without building one
+    (for records of runs whose envs live in other processes)."""
+    if backend != "tensor":
+        return {"kernel": None, "reason": f"env.backend={backend} steps single-board SnakeEnvs (env.kernel does not apply)"}
+    name, reason = resolve_kernel(kernel, device, flood_fill, size)
+    return {"kernel": name, "reason": reason}

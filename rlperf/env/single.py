@@ -79,6 +79,8 @@ class SnakeEnv(gymnasium.Env):
         render_mode: ``None`` or ``"ansi"``.
         device: accepted for keyword symmetry with ``VectorSnake``; this env always runs on the
             host, so only ``None``, ``"cpu"`` and ``"auto"`` are allowed.
+        kernel: accepted for keyword symmetry with ``VectorSnake`` (``env.kernel``); one board is
+            always plain Python here, so only ``None``, ``"auto"`` and ``"ops"`` are allowed.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 10}
@@ -92,6 +94,7 @@ class SnakeEnv(gymnasium.Env):
         hunger: int | None = None,
         render_mode: str | None = None,
         device: Any = None,
+        kernel: str | None = None,
     ) -> None:
         if not _is_int(size) or size < 4:
             raise ConfigError(f"size must be an integer >= 4, got {size!r}")
@@ -109,6 +112,12 @@ class SnakeEnv(gymnasium.Env):
             raise ConfigError(
                 f"device must be None, 'cpu' or 'auto' for SnakeEnv (it runs on the host), got {device!r}",
                 hint="use VectorSnake for GPU boards",
+            )
+
+        if kernel not in (None, "auto", "ops"):
+            raise ConfigError(
+                f"kernel={kernel!r} does not apply to SnakeEnv (one board in plain Python)",
+                hint="the fused kernel steps VectorSnake: gymnasium.make_vec(..., vectorization_mode='vector_entry_point')",
             )
 
         self.size = int(size)

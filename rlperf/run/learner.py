@@ -175,7 +175,7 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
     torch.manual_seed(seed)
     cpu = torch.device("cpu")
     env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu)
+                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=e.kernel)
     obs, _ = env.reset(seed=seed)
     # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
     agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu)
@@ -790,6 +790,7 @@ class Learner:
 
     def _finish(self, runner: Any, status: str, error: str | None) -> Any:
         from rlperf.config import config_to_dict
+        from rlperf.env.backends import planned_kernel
         from rlperf.run.files import RECORD_NAME, SCHEMA, peak_cuda_mb, peak_rss_mb, save_torch_atomic, system_info, \
             write_json_atomic
 
@@ -853,6 +854,8 @@ class Learner:
                               for i in range(a.actors)],
             },
         }
+        # Which env.kernel the actors ran (they step on the CPU), and why.
+        record["env"] = planned_kernel(cfg.env.backend, cfg.env.kernel, torch.device("cpu"), cfg.env.flood_fill, cfg.env.size)
         if error:
             record["error"] = error
         write_json_atomic(self.run_dir / RECORD_NAME, record)

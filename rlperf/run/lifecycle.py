@@ -254,7 +254,7 @@ def _train(cfg: Config, out: str | Path, name: str | None, command: list[str] | 
     seed_everything(cfg.run.seed)
     with _refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
         env = make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                       initial_length=e.initial_length, hunger=e.hunger or None)
+                       initial_length=e.initial_length, hunger=e.hunger or None, kernel=e.kernel)
     try:
         buffer = ReplayBuffer(cfg.buffer.capacity, obs_shape, device, storage=cfg.buffer.storage, seed=cfg.run.seed)
         with _refusing_oom("the Q-network", f"agent.hidden={list(cfg.agent.hidden)}", "use narrower agent.hidden"):
@@ -356,6 +356,7 @@ def _run(cfg: Config, env: Any, buffer: ReplayBuffer, agent: Agent, device: torc
     if t.checkpoint and status in ("completed", "interrupted"):
         checkpoints.write(state(), progress)
     record = build_record(cfg, device, run_dir, history, kind, status, progress, timer, buffer, wall, checkpoints)
+    record["env"] = env.kernel_info  # which env.kernel ran, and why
     if error:
         record["error"] = error
     record.update(hooks.extra_record)
