@@ -249,6 +249,7 @@ class VectorSnake(VectorEnv):
         self._obs_index = 0
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
+        self._actions_shape = (n,)
         self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
         self._counter = 0
 
@@ -366,16 +367,15 @@ class VectorSnake(VectorEnv):
 
     def _actions_array(self, actions: Any) -> np.ndarray:
         """The actions as a C-contiguous int64 numpy array of ``num_envs`` (no copy when they are one)."""
-        if isinstance(actions, torch.Tensor):
-            if actions.dtype != torch.int64 or actions.device.type != "cpu":
-                actions = self._actions_tensor(actions).cpu()
+        # The common cases first, with the cheapest checks: this runs every step.
+        if type(actions) is torch.Tensor and actions.dtype is torch.int64 and not actions.is_cuda:
             array = actions.numpy()
+        elif type(actions) is np.ndarray and actions.dtype == np.int64:
+            array = actions
         else:
-            array = np.asarray(actions)
-            if array.dtype != np.int64:
-                array = self._actions_tensor(array).numpy()
-        if array.shape != (self.num_envs,):
-            raise InvalidActionError(f"actions must have shape ({self.num_envs},), got {array.shape}")
+            array = self._actions_tensor(actions).cpu().numpy()
+        if array.shape != self._actions_shape:
+            raise InvalidActionError(f"actions must have shape {self._actions_shape}, got {array.shape}")
         return np.ascontiguousarray(array)
 
     def _actions_tensor(self, actions: Any) -> torch.Tensor:
