@@ -216,10 +216,10 @@ class EpisodeLog:
         self.filled = 0
 
     def record(self, infos: dict[str, Any]) -> None:
-        row, episode = self.filled, infos["episode"]
-        self.done[row].copy_(infos["_episode"])
+        row, episode = self.filled, infos["final_info"]
+        self.done[row].copy_(infos["_final_info"])
         self.score[row].copy_(episode["score"])
-        self.length[row].copy_(episode["length"])
+        self.length[row].copy_(episode["steps"])
         self.ret[row].copy_(episode["return"])
         self.filled += 1
 

@@ -9,7 +9,9 @@ first steps are warm-up and excluded (the fused kernel's compilation happens whe
 built), each figure is the median of ``--repeats`` timed blocks. At each (N, flood fill) the
 kernels' blocks are interleaved (fused, ops, fused, ops, ...), so their ratio sees the same load.
 The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-board
-``SnakeEnv``) run in the same invocation so the ratios compare like with like.
+``SnakeEnv``) run in the same invocation so the ratios compare like with like. The envs run with
+``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` and the action
+checks add.
 """
 
 from __future__ import annotations
@@ -25,17 +27,20 @@ import gymnasium
 import torch
 from gymnasium.vector import AutoresetMode
 
-from benchutil import emit, figure, save_figure, summarize
+from benchutil import emit, figure, measure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
 from rlperf.run.files import cpu_model
 from rlperf.env.single import SnakeEnv
+from rlperf.env import fused
 from rlperf.env.vector import VectorSnake, resolve_kernel
 
 
 def time_vector_snakes(n: int, device: torch.device, flood_fill: str, kernels: list[str], steps: int, repeats: int,
                        obs: str = "features") -> dict[str, list[float]]:
-    """Env steps/s of VectorSnake with each kernel at ``n`` boards, the kernels' blocks interleaved."""
-    envs = {kernel: VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device, kernel=kernel)
+    """Env steps/s of VectorSnake with each kernel at ``n`` boards, the kernels' blocks interleaved
+    (``copy=False``, the trainer's mode: what the env itself costs)."""
+    envs = {kernel: VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device, kernel=kernel,
+                                copy=False)
             for kernel in kernels}
     actions = torch.randint(0, 3, (steps, n), device=device)
     for env in envs.values():
@@ -52,6 +57,40 @@ def time_vector_snakes(n: int, device: torch.device, flood_fill: str, kernels: l
             synchronize(device)
             rates[kernel].append(n * steps / (time.perf_counter() - start))
     return rates
+
+
+def overheads(n: int, repeats: int, steps: int) -> dict:
+    """What the env's contracts cost per step at ``n`` boards, for each kernel on the CPU: returning
+    fresh tensors (``copy=True`` against ``copy=False``, interleaved blocks) and checking the actions
+    (the fused kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
+    device = torch.device("cpu")
+    actions = torch.randint(0, 3, (steps, n))
+    row: dict = {"n": n}
+    for kernel in ("fused", "ops"):
+        envs = {copy: VectorSnake(num_envs=n, size=10, device=device, kernel=kernel, copy=copy) for copy in (False, True)}
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for env in envs.values():
+            env.reset(seed=0)
+            env.step(actions[0])
+        for _ in range(repeats):
+            for copy, env in envs.items():
+                start = time.perf_counter()
+                for i in range(steps):
+                    env.step(actions[i])
+                times[copy].append((time.perf_counter() - start) / steps)
+        plain, copied = statistics.median(times[False]), statistics.median(times[True])
+        env = envs[False]
+        if kernel == "fused":
+            array = actions[0].numpy()
+            check = lambda: fused.first_bad_action(array)  # noqa: E731
+        else:
+            check = lambda: env._checked_actions(actions[0])  # noqa: E731
+        check_s = statistics.median(measure(check, device, repeats, 0.05))
+        row[kernel] = {"step_us": summarize([1e6 * t for t in times[False]]),
+                       "copy_step_us": summarize([1e6 * t for t in times[True]]),
+                       "copy_extra_us": 1e6 * (copied - plain), "copy_ratio": copied / plain,
+                       "check_us": 1e6 * check_s, "check_share": check_s / plain}
+    return row
 
 
 def time_gym(kind: str, n: int, steps: int, repeats: int) -> list[float]:
@@ -117,6 +156,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: library default)")
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
+    parser.add_argument("--overheads", action="store_true",
+                        help="also time copy=True against copy=False and the action checks (CPU; N = 256 and --max-n)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")
     parser.add_argument("--plot", type=Path, help="write env steps/s vs N (log-log) with the peers' points as PNG here")
@@ -167,6 +208,15 @@ def main() -> None:
             print(f"fused / ops at N={r['n']:,}, flood fill {r['flood_fill']}: {r['ratio']:.1f}x")
         if fused_off:
             print(f"fused, best N: {best['n']:,} at {best['median']:,.0f} env steps/s")
+    if args.overheads:
+        results["overheads"] = [overheads(n, args.repeats, args.steps) for n in sorted({min(256, args.max_n), args.max_n})]
+        if not args.json:
+            for r in results["overheads"]:
+                for kernel in ("fused", "ops"):
+                    o = r[kernel]
+                    print(f"{kernel:5s} N={r['n']:>8,}: copy=True +{o['copy_extra_us']:.1f} µs per step ({o['copy_ratio']:.2f}x "
+                          f"the {o['step_us']['median']:.1f} µs step); action check {o['check_us']:.2f} µs "
+                          f"({o['check_share']:.1%} of the step)")
     if not args.no_gym:
         gym_sizes = [16] if args.quick else [16, 256]
         gym_steps = 5 if args.quick else 50

@@ -66,10 +66,10 @@ def assert_same(a: VectorSnake, b: VectorSnake, out_a: tuple, out_b: tuple, wher
     for x, y, name in zip(out_a[:4], out_b[:4], ("obs", "rewards", "terminated", "truncated")):
         assert torch.equal(x, y), f"{name} differs {where}"
     infos_a, infos_b = out_a[4], out_b[4]
-    for key in ("final_obs", "_final_obs", "_episode"):
+    for key in ("final_obs", "_final_obs", "_final_info"):
         assert torch.equal(infos_a[key], infos_b[key]), f"infos[{key!r}] differs {where}"
-    for key in infos_a["episode"]:
-        assert torch.equal(infos_a["episode"][key], infos_b["episode"][key]), f"episode {key} differs {where}"
+    for key in infos_a["final_info"]:
+        assert torch.equal(infos_a["final_info"][key], infos_b["final_info"][key]), f"episode {key} differs {where}"
 
 
 CASES = {
@@ -129,7 +129,7 @@ def test_full_board_won_and_last_cell_on_both_kernels():
     out_a, out_b = (env.step_with_draws(torch.zeros(2, dtype=torch.long), draws) for env in envs)
     assert_same(envs[0], envs[1], out_a, out_b, "on the full board")
     assert out_a[1].tolist() == [1.0, 1.0] and out_a[2].tolist() == [True, False]
-    assert int(out_a[4]["episode"]["score"][0]) == 13
+    assert int(out_a[4]["final_info"]["score"][0]) == 13
     assert envs[1].get_board(1)["fruit"] == (3, 0)  # the only free cell left
 
 

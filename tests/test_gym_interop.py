@@ -125,15 +125,15 @@ def roll(env, num_envs: int, steps: int, seed: int) -> int:
         assert rewards.shape == (num_envs,) and rewards.dtype == torch.float32
         assert terminated.dtype == truncated.dtype == torch.bool
         done = terminated | truncated
-        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_episode"], done)
+        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_final_info"], done)
         assert infos["final_obs"].shape == obs.shape
         score += (rewards == 1).long()
         length += 1
         for i in done.nonzero().squeeze(1).tolist():
             ended += 1
             assert not torch.equal(infos["final_obs"][i], obs[i])  # last position vs a fresh start
-            assert int(infos["episode"]["score"][i]) == int(score[i])
-            assert int(infos["episode"]["length"][i]) == int(length[i])
+            assert int(infos["final_info"]["score"][i]) == int(score[i])
+            assert int(infos["final_info"]["steps"][i]) == int(length[i])
         score[done] = 0
         length[done] = 0
     return ended
@@ -161,7 +161,7 @@ def test_gym_sync_features_match_vector_snake_shapes():
     for x, y in zip(out_a[:4], out_b[:4]):
         assert x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
     assert out_a[4].keys() == out_b[4].keys()
-    assert out_a[4]["episode"].keys() == out_b[4]["episode"].keys()
+    assert out_a[4]["final_info"].keys() == out_b[4]["final_info"].keys()
     gym_sync.close()
 
 
@@ -185,7 +185,7 @@ def test_same_step_autoreset_native(kernel):
     assert len(fresh["body"]) == 3 and fresh["steps"] == fresh["score"] == 0
     single.set_state(**fresh)
     assert np.array_equal(obs[1].numpy(), single.observe())
-    assert int(infos["episode"]["score"][1]) == 2 and int(infos["episode"]["length"][1]) == 10
+    assert int(infos["final_info"]["score"][1]) == 2 and int(infos["final_info"]["steps"][1]) == 10
     # The next action already moves the new snake (no reset step in between, as NEXT_STEP would have).
     actions = torch.zeros(3, dtype=torch.long)
     actions[1] = safe_action(fresh, 6)

@@ -20,8 +20,12 @@ def run_script(name: str, *args: str) -> dict:
 
 
 def test_bench_env_quick() -> None:
-    result = run_script("bench_env.py", "--quick", "--json")
+    result = run_script("bench_env.py", "--quick", "--overheads", "--json")
     assert result["kernels"] == ["fused", "ops"]
+    (overheads,) = result["overheads"]  # at the largest quick N
+    for kernel in ("fused", "ops"):
+        o = overheads[kernel]
+        assert o["step_us"]["median"] > 0 and o["copy_ratio"] > 0 and 0 < o["check_us"] and 0 < o["check_share"] < 1
     rows = {(row["kernel"], row["flood_fill"]) for row in result["tensor"]}
     assert rows == {("fused", "off"), ("fused", "tensor"), ("ops", "off"), ("ops", "tensor"), ("ops", "bfs")}
     assert all(row["median"] > 0 and row["min"] <= row["median"] <= row["max"] for row in result["tensor"])

@@ -159,9 +159,9 @@ def test_every_rule_on_hand_built_boards(path):
             # The final observation shows the position the snake died in, unchanged.
             assert np.array_equal(final_obs[i], observe_state(single, before[name])), name
             assert np.array_equal(final_obs[i], s_obs), name
-            assert int(infos["episode"]["score"][i]) == score, name
-            assert int(infos["episode"]["length"][i]) == 11, name
-            assert float(infos["episode"]["return"][i]) == score - 1, name
+            assert int(infos["final_info"]["score"][i]) == score, name
+            assert int(infos["final_info"]["steps"][i]) == 11, name
+            assert float(infos["final_info"]["return"][i]) == score - 1, name
             # ... and the returned observation is already the next episode's first.
             state = env.get_board(i)
             assert_fresh_start(state, 3)
@@ -223,7 +223,7 @@ def test_win_on_a_full_board_and_the_last_free_cell(path, obs):
     assert rewards.tolist() == [1.0, 1.0, 0.0]
     assert terminated.tolist() == [True, False, False]
     assert truncated.tolist() == [False, False, False]
-    assert int(infos["episode"]["score"][0]) == 13 and int(infos["episode"]["length"][0]) == 41
+    assert int(infos["final_info"]["score"][0]) == 13 and int(infos["final_info"]["steps"][0]) == 41
 
     # The final observation is the full board (no fruit anywhere), as the single-board env has it.
     single.set_state(**before)
@@ -290,7 +290,7 @@ def test_hunger_truncates_at_exactly_hunger_steps(path):
             assert env.get_board(0)["steps_since_fruit"] == step
     assert bool(truncated[0]) and not bool(terminated[0]) and float(rewards[0]) == 0.0
     assert bool(infos["_final_obs"][0])
-    assert int(infos["episode"]["length"][0]) == 7 + hunger
+    assert int(infos["final_info"]["steps"][0]) == 7 + hunger
     single.set_state(**before)
     s_obs, s_reward, s_term, s_trunc, _ = single.step(TURN_LEFT)
     assert (s_reward, s_term, s_trunc) == (0.0, False, True)
@@ -402,12 +402,12 @@ def run_invariants(device: str, path: tuple[str, bool], num_envs: int, size: int
         assert not (terminated & truncated).any()
         assert torch.equal(rewards == -1, terminated & (rewards != 1))  # -1 exactly on death
         assert not (truncated & (rewards != 0)).any()
-        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_episode"], done)
+        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_final_info"], done)
         assert torch.equal(infos["final_obs"][~done], obs_t[~done])
         score += (rewards == 1).long()
         length += 1
-        assert torch.equal(infos["episode"]["score"][done], score[done])
-        assert torch.equal(infos["episode"]["length"][done], length[done])
+        assert torch.equal(infos["final_info"]["score"][done], score[done])
+        assert torch.equal(infos["final_info"]["steps"][done], length[done])
         score[done] = 0
         length[done] = 0
         seen["done"] += int(done.sum())

@@ -5,7 +5,7 @@ single-board :class:`rlperf.single_snake.SnakeEnv` under ``gymnasium.vector.Sync
 ``AsyncVectorEnv`` and convert their NumPy batches to tensors on the trainer's device every step:
 that is the usual way to vectorize, and what native batching is measured against (seed 003).
 All three present the same interface to the trainer (tensors in, tensors out, same-step autoreset,
-dense ``final_obs`` and episode statistics in ``infos``).
+dense ``final_obs`` and the ended episodes' ``final_info`` -- score, steps, return -- in ``infos``).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ class GymVectorBackend:
         infos = {
             "final_obs": to(final_obs),
             "_final_obs": done_t,
-            "episode": {"score": to(score), "length": to(length), "return": to(returns)},
-            "_episode": done_t,
+            "final_info": {"score": to(score), "steps": to(length), "return": to(returns)},
+            "_final_info": done_t,
         }
         return to(obs), to(rewards.astype(np.float32)), to(terminated), to(truncated), infos
 
@@ -89,7 +89,8 @@ def make_env(
     """
     kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
-        return VectorSnake(num_envs=num_envs, device=device, kernel=kernel, **kwargs)
+        # The trainer reads each step's results before the next one: the env's buffers, no copies.
+        return VectorSnake(num_envs=num_envs, device=device, kernel=kernel, copy=False, **kwargs)
     if backend in ("gym-sync", "gym-async"):
         return GymVectorBackend(backend, num_envs, device, **kwargs)
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -17,8 +17,8 @@ The layout both kernels share (see ``VectorSnake._allocate``):
 - ``occ``    bool ``(N, C + 1)``: occupancy, with an always-occupied last column for the wall;
 - ``floats`` float32 ``(FLOAT_ROWS, N)``: return so far, final return, this step's reward;
 - ``flags``  bool ``(FLAG_ROWS, N)``: terminated, truncated, done;
-- ``obs``    float32 ``(3, N, F)``: the two alternating observation buffers and ``final_obs``
-  (``grid`` observations are passed flattened, ``F = 3 * C``);
+- ``obs``    float32 ``(3, N, F)``: the two alternating observation buffers (slots 0 and 2) with
+  ``final_obs`` between them (``grid`` observations are passed flattened, ``F = 3 * C``);
 - ``table``  int64 ``(C + 1, TABLE_COLUMNS)``: each cell's neighbours (``C``, the wall, off the
   board), row and column; ``scratch`` uint64: the flood fill's row masks, one set per chunk.
 
@@ -84,8 +84,10 @@ FLAG_ROWS = 3
 # Rows of the per-step draws.
 FRUIT_DRAW, START_DRAW, RESET_FRUIT_DRAW = 0, 1, 2
 DRAW_ROWS = 3
-# Index of final_obs in the (3, N, F) observation array; 0 and 1 are the alternating buffers.
-FINAL_OBS = 2
+# Slot of final_obs in the (3, N, F) observation array, between the two alternating buffers (0 and
+# 2), so each returned observation and final_obs are one contiguous block to copy.
+FINAL_OBS = 1
+OBS_SLOTS = (0, 2)
 
 # Columns of the per-cell table: the neighbour in each heading (the wall ``C`` off the board),
 # then the cell's row and column.

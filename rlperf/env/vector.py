@@ -21,14 +21,19 @@ fruit respawn and board resets are computed for all boards and selected with ``t
 the CPU, where a host read costs nothing, those two rare operations work on the subset of boards
 that need them instead.
 
-Autoreset: ``AutoresetMode.SAME_STEP``. When a board's episode ends, the observation returned for
-it is already the first observation of its next episode, and ``infos["final_obs"]`` holds the
-observation the episode ended on. This is the mode a replay buffer wants: the transition
-``(obs, action, reward, final_obs, terminated)`` is complete in the step that produced it, and no
-step is wasted on a reset. Unlike Gymnasium's own vector envs, ``infos["final_obs"]`` is a dense
-tensor holding the post-step observation of *every* board (equal to the returned observation
-where the board did not reset), so a trainer can push it without a masked merge;
-``infos["_final_obs"]`` marks the boards whose episode ended.
+Autoreset: ``AutoresetMode.SAME_STEP`` (``metadata["autoreset_mode"]`` and the ``autoreset_mode``
+attribute). When a board's episode ends, the observation returned for it is already the first
+observation of its next episode, and ``infos["final_obs"]`` holds the observation the episode
+ended on. This is the mode a replay buffer wants: the transition ``(obs, action, reward,
+final_obs, terminated)`` is complete in the step that produced it, and no step is wasted on a
+reset. Unlike Gymnasium's own vector envs, ``infos["final_obs"]`` is a dense tensor holding the
+post-step observation of *every* board (equal to the returned observation where the board did not
+reset), so a trainer can push it without a masked merge; ``infos["_final_obs"]`` marks the boards
+whose episode ended. ``infos["final_info"]`` holds, as Gymnasium's SAME_STEP vector envs do, what
+the final step reports for them -- the episode's ``score`` (fruits), ``steps`` and ``return`` --
+with ``infos["_final_info"]`` marking them; the key ``episode`` stays free for Gymnasium's
+``RecordEpisodeStatistics``. Like ``final_obs``, the statistics are dense: read them where the mask
+is set.
 
 Two kernels step the boards (``kernel=``, the ``env.kernel`` knob), sharing one state layout and
 one set of preallocated tensors: ``ops``, the batched tensor operators below (the readable
@@ -45,9 +50,18 @@ torch generator on the env's device for all boards at once, so a board's stream 
 ``num_envs``; ``fused`` computes them from a hash of (seed, board index, step), so board i's stream
 does not depend on ``num_envs``. :meth:`VectorSnake.step_with_draws` injects explicit draws.
 
-Returned tensors are the env's own buffers: an observation stays valid until the step after the
-next one (two buffers alternate, so ``obs = next_obs`` hand-offs work); ``final_obs``, rewards,
-flags and the episode statistics are overwritten by the next step. Clone what you keep longer.
+Returned tensors: with ``copy=True`` (the default, as Gymnasium's vector envs) every call returns
+fresh tensors that later steps never change. ``copy=False`` returns the env's own buffers, which
+saves the copies (see BENCHMARKS.md) and is what rlperf's trainer uses: an observation then stays
+valid until the step after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs
+work), while ``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
+
+Invalid input -- an action outside {0, 1, 2}, a float or bool action dtype, a wrong shape, ``step``
+before ``reset`` -- raises one clear error, at no cost the env benchmark can see: the fused kernel
+checks the actions in the loop it runs anyway; the ops kernel reads their min and max (one op) on
+the CPU and, where it must not wait on the device (``dense``, i.e. CUDA), records a device flag
+that the next call that reads the device anyway (``reset``, ``get_board``, ``state_dict``,
+``render``) raises from.
 """
 
 from __future__ import annotations
@@ -65,7 +79,8 @@ from rlperf.env import floodfill, fused
 from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
                               FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
                               HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
-                              STATE_ROWS, TERMINATED_ROW, TRUNCATED_ROW)
+                              OBS_SLOTS, STATE_ROWS, TERMINATED_ROW, TRUNCATED_ROW)
+from rlperf.env import single
 from rlperf.env.single import render_board
 from rlperf.errors import ConfigError, InvalidActionError, ResetNeededError
 
@@ -144,12 +159,17 @@ class VectorSnake(VectorEnv):
         initial_length: snake length at the start of an episode.
         hunger: steps without a fruit before truncation (default ``size * size``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        render_mode: ``None`` or ``"ansi"``.
+        render_mode: ``None``, ``"ansi"`` (board 0 as text) or ``"rgb_array"`` (every board as an
+            ``(H, W, 3)`` uint8 image, a tuple of ``num_envs``, as Gymnasium's vector envs render).
+        copy: return fresh tensors (default), or the env's own buffers (``False``: faster, for a
+            trainer that reads each step's results before the next step; see the module docstring).
         kernel: ``"auto"`` (default: ``fused`` where it can run), ``"ops"`` or ``"fused"``; see the
             module docstring. :attr:`kernel` and :attr:`kernel_reason` say which runs and why.
     """
 
-    metadata = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.SAME_STEP}
+    # Also as an attribute: TorchRL's GymWrapper reads it there.
+    autoreset_mode = AutoresetMode.SAME_STEP
 
     def __init__(
         self,
@@ -163,10 +183,11 @@ class VectorSnake(VectorEnv):
         render_mode: str | None = None,
         max_episode_steps: int | None = None,
         kernel: str = "auto",
+        copy: bool = True,
     ) -> None:
         _check_arguments(num_envs, size, obs, flood_fill, initial_length, hunger)
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ConfigError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if max_episode_steps is not None:
             raise ValueError("max_episode_steps is not supported by VectorSnake; use hunger=")
         self.device = resolve_device(device)
@@ -178,6 +199,7 @@ class VectorSnake(VectorEnv):
         self.initial_length = initial_length
         self.hunger = hunger if hunger is not None else size * size
         self.render_mode = render_mode
+        self.copy = bool(copy)
         self.cells = size * size
         # Host reads are free on the CPU, so rare per-board work (resets, fruit) runs on the subset
         # of boards that need it there; on CUDA it runs densely to keep step() sync-free.
@@ -192,6 +214,7 @@ class VectorSnake(VectorEnv):
         self._allocate(shape)
         self._seeded = False
         self._needs_reset = True
+        self._bad_actions = torch.zeros((), dtype=torch.bool, device=self.device)  # the dense path's deferred check
         if self.kernel == "fused":
             self._bind_fused()
 
@@ -244,7 +267,7 @@ class VectorSnake(VectorEnv):
         self._done = self._flags[DONE_ROW]
         # Two alternating observation buffers and final_obs.
         self._obs_all = torch.zeros((3, n, *obs_shape), dtype=torch.float32, device=dev)
-        self._obs = [self._obs_all[0], self._obs_all[1]]
+        self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]
         self._final_obs = self._obs_all[FINAL_OBS]
         self._obs_index = 0
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
@@ -280,6 +303,7 @@ class VectorSnake(VectorEnv):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[torch.Tensor, dict]:
         """Start a new episode on every board; ``seed`` seeds the env's random draws."""
+        self._raise_deferred()
         if seed is not None:
             if not isinstance(seed, (int, np.integer)):
                 raise ValueError(f"seed must be an int (one generator drives all boards), got {type(seed).__name__}")
@@ -321,7 +345,7 @@ class VectorSnake(VectorEnv):
         out_index = self._obs_index ^ 1
         if self.kernel == "fused":
             injected = draws is not None
-            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, out_index)
+            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index])
         else:
             u = self._draws if draws is None else draws
             if draws is None:
@@ -332,7 +356,8 @@ class VectorSnake(VectorEnv):
         self._obs_index = out_index
         self._counter += 1
         self._needs_reset = False
-        return self._obs[out_index], {}
+        obs = self._obs[out_index]
+        return (obs.clone() if self.copy else obs), {}
 
     def _step(self, actions: torch.Tensor | np.ndarray, draws: torch.Tensor | np.ndarray | None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
@@ -342,22 +367,42 @@ class VectorSnake(VectorEnv):
         if self.kernel == "fused":
             injected = draws is not None
             self._fused_step(self._actions_array(actions), draws if injected else self._no_draws, injected, False,
-                             out_index)
+                             OBS_SLOTS[out_index])
         else:
-            self._step_ops(self._actions_tensor(actions), draws, self._obs[out_index])
+            self._step_ops(self._checked_actions(actions), draws, self._obs[out_index])
         self._obs_index = out_index
         self._counter += 1
-        done = self._done
-        infos = {
-            "final_obs": self._final_obs,
-            "_final_obs": done,
-            "episode": {"score": self._final_score, "length": self._final_len, "return": self._final_return},
-            "_episode": done,
-        }
-        return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
+        return self._results(out_index)
 
-    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_index: int) -> None:
-        bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_index,
+    def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of fresh copies of
+        them -- four copies in all, whatever the number of tensors returned."""
+        if self.copy:
+            fresh = self._fresh
+            pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
+            obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
+            floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
+            steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
+        else:
+            obs, final_obs = self._obs[out_index], self._final_obs
+            floats, flags, steps, score = self._floats, self._flags, self._final_len, self._final_score
+        done = flags[DONE_ROW]
+        infos = {
+            "final_obs": final_obs,
+            "_final_obs": done,
+            "final_info": {"score": score, "steps": steps, "return": floats[FINAL_RETURN_ROW]},
+            "_final_info": done,
+        }
+        return obs, floats[REWARD_ROW], flags[TERMINATED_ROW], flags[TRUNCATED_ROW], infos
+
+    def _fresh(self, tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """A copy of ``tensor[start:stop]`` (through numpy on the CPU: half the fixed cost of a clone)."""
+        if self.device.type == "cpu":
+            return torch.from_numpy(tensor.numpy()[start:stop].copy())
+        return tensor[start:stop].clone()
+
+    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
+        bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
                                 *self._fused_arrays)
         if bad:
             raise self._invalid_action(actions[bad - 1], bad - 1)
@@ -383,9 +428,29 @@ class VectorSnake(VectorEnv):
         actions = torch.as_tensor(actions, device=self.device)
         if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
             raise InvalidActionError(f"actions must be integers 0, 1 or 2, got dtype {actions.dtype}")
-        if actions.shape != (self.num_envs,):
-            raise InvalidActionError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
+        if actions.shape != self._actions_shape:
+            raise InvalidActionError(f"actions must have shape {self._actions_shape}, got {tuple(actions.shape)}")
         return actions.long()
+
+    def _checked_actions(self, actions: Any) -> torch.Tensor:
+        """The ops kernel's actions, their values checked: on the CPU by their min and max (one op and
+        a free host read); on the dense path (CUDA) by a device flag, raised at the next sync."""
+        actions = self._actions_tensor(actions)
+        if self.dense:
+            torch.logical_or(self._bad_actions, ((actions < 0) | (actions > 2)).any(), out=self._bad_actions)
+            return actions.clamp(0, 2)  # a bad value must not index out of bounds before it is raised
+        low, high = torch.aminmax(actions)
+        if low < 0 or high > 2:
+            board = int(((actions < 0) | (actions > 2)).nonzero()[0])
+            raise self._invalid_action(actions[board], board)
+        return actions
+
+    def _raise_deferred(self) -> None:
+        """Raise an invalid action the dense path recorded on the device (this reads the device)."""
+        if self.dense and bool(self._bad_actions):
+            self._bad_actions.zero_()
+            raise InvalidActionError("an action outside 0 (straight), 1 (right) and 2 (left) was passed to step() "
+                                     "(detected on the device without a sync; the step ran with it clamped)")
 
     def _invalid_action(self, value: Any, board: int) -> InvalidActionError:
         return InvalidActionError(f"action {int(value)} for board {board} is not 0 (straight), 1 (right) or 2 (left)")
@@ -448,11 +513,23 @@ class VectorSnake(VectorEnv):
                 self._respawn_fruit(mask, False, draws[RESET_FRUIT_DRAW])
                 self._observe(out, index)
 
-    def render(self) -> str | None:
-        """Board 0 as text (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi":
-            return None
-        return self.render_text(0)
+    def render(self) -> str | tuple[np.ndarray, ...] | None:
+        """Board 0 as text (``ansi``), or every board as an ``(H, W, 3)`` uint8 image (``rgb_array``,
+        a tuple of ``num_envs`` frames: what Gymnasium's vector ``RecordVideo`` takes)."""
+        self._raise_deferred()
+        if self.render_mode == "ansi":
+            return self.render_text(0)
+        if self.render_mode == "rgb_array":
+            return tuple(self.render_frames())
+        return None
+
+    def render_frames(self) -> np.ndarray:
+        """Every board as an image, ``(num_envs, H, W, 3)`` uint8 (``single.render_frames`` of each board)."""
+        c, s = self.cells, self.size
+        kinds = self._occ[:, :c].to(torch.uint8) * single.BODY
+        kinds.scatter_(1, self._fruit.unsqueeze(1), single.FRUIT)
+        kinds.scatter_(1, self._head.unsqueeze(1), single.HEAD)  # after the fruit: a full board parks it there
+        return single.render_frames(kinds.view(-1, s, s).cpu().numpy())
 
     def render_text(self, index: int = 0) -> str:
         """Board ``index`` as text: ``#`` walls, ``o`` body, ``^>v<`` head, ``*`` fruit."""
@@ -462,6 +539,7 @@ class VectorSnake(VectorEnv):
     # ------------------------------------------------------------------ state access (tests, rendering)
     def get_board(self, index: int) -> dict[str, Any]:
         """One board's state as plain Python values: body (head first), direction, fruit, counters."""
+        self._raise_deferred()
         length = int(self._length[index])
         ptr = int(self._head_ptr[index])
         ring = self._ring[index].tolist()
@@ -536,6 +614,7 @@ class VectorSnake(VectorEnv):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this env is (for checkpoints)."""
+        self._raise_deferred()
         state = {name: getattr(self, name).cpu().clone() for name in self._STATE_NAMES}
         state["obs"] = self.observations.cpu().clone()
         state["generator"] = self._gen.get_state()
