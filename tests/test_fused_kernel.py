@@ -223,6 +223,20 @@ def test_a_missing_numba_falls_back_or_fails_in_one_line(monkeypatch):
         VectorSnake(4, device="cpu", kernel="fused")
 
 
+def test_the_kernel_takes_torchs_thread_count():
+    """run.threads sets torch's threads before the env is built; the fused kernel follows them (and
+    numba's first parallel launch, which sets the OpenMP thread count torch shares, leaves it)."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        VectorSnake(4, device="cpu", kernel="fused")
+        assert fused.numba.get_num_threads() == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+        VectorSnake(4, device="cpu", kernel="fused")
+    assert fused.numba.get_num_threads() == min(threads, fused.numba.config.NUMBA_NUM_THREADS)
+
+
 def test_the_config_refuses_fused_where_it_cannot_apply():
     assert config_from("smoke", ["env.kernel=fused"]).env.kernel == "fused"
     with pytest.raises(ConfigError, match="flood_fill=bfs"):

@@ -37,6 +37,11 @@ run, until a sweep changes nothing. The moves that do not eat share one blocked 
 its tail), so one fill usually answers all of them; the eating move, at most one, fills again with
 the tail kept. ``tests/test_fused_kernel.py`` checks it against the BFS reference.
 
+Compilation. The board functions never allocate, so they are compiled without numba's reference
+counting (``_nrt=False``, as numba compiles its own sort and string helpers); the hot, small ones
+are inlined into the per-chunk loop, the rare or large ones (reset, fruit, flood fill) are calls.
+A cold compile takes seconds to tens of seconds (BENCHMARKS.md); later processes load the cache.
+
 The CUDA build (the GPU work's, to be built and tested there): every function above the driver is
 scalar code -- no allocation, no Python objects, no array views, only loops, integer arithmetic,
 module constants and indexing into whole arrays -- the subset numba-cuda compiles for a device.
@@ -114,12 +119,20 @@ SERIAL_MAX_FLOOD = 64
 MAX_SIZE = 64
 
 
+# The board code never allocates, so it is compiled without numba's reference counting (``_nrt``,
+# as numba compiles its own sort and string helpers): with it, every array passed to a compiled
+# call, and every array variable an inlined body introduces, costs atomic increments and
+# decrements -- as much as the rest of a board's step, and contended between threads.
+
+
 def _jit(fn):
-    # Inlined into the driver at numba's IR level: a call that passes arrays to another compiled
-    # function increments and decrements their reference counts (atomic operations, about as
-    # costly as the rest of a board's step, and contended between threads); one inlined body lets
-    # numba prune them. The same holds for array views, so the board code indexes whole arrays.
-    return njit(cache=True, inline="always")(fn) if numba is not None else fn
+    """Hot and small: inlined into the caller at numba's IR level."""
+    return njit(cache=True, inline="always", _nrt=False)(fn) if numba is not None else fn
+
+
+def _call(fn):
+    """Rare or large (resets, fruit, flood fill): a plain call, so each is compiled once."""
+    return njit(cache=True, _nrt=False)(fn) if numba is not None else fn
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,7 +203,7 @@ def place_fruit(i, occ, state, cells, u):
             k -= 1
 
 
-place_fruit = _jit(place_fruit)
+place_fruit = _call(place_fruit)
 
 
 def start_episode(i, occ, ring, state, floats, size, initial_length, u):
@@ -231,7 +244,7 @@ def start_episode(i, occ, ring, state, floats, size, initial_length, u):
     floats[EP_RETURN_ROW, i] = 0.0
 
 
-start_episode = _jit(start_episode)
+start_episode = _call(start_episode)
 
 
 # The flood fill works on row bitmasks (one uint64 per row, bit ``col``), so a board is at most
@@ -270,35 +283,40 @@ smear = _jit(smear)
 
 def fill_rows(scratch, chunk, fill, size, start):
     """Count the cells reachable from the free cell ``start`` through the free-cell row masks
-    ``scratch[chunk, FREE]``, leaving them in ``scratch[chunk, fill]``."""
+    ``scratch[chunk, FREE]``, leaving them in ``scratch[chunk, fill]``.
+
+    Sweeps alternate down and up; in each, a row takes the reached cells of the row before it that
+    are free in its own row, then grows them along its free runs (``smear``). Starting with
+    ``changed`` and the start's own row untouched, the first sweep grows the start's run too.
+    """
     for row in range(size):
         scratch[chunk, fill, row] = 0
     row0 = start // size
-    scratch[chunk, fill, row0] = smear(_ONE << np.uint64(start - row0 * size), scratch[chunk, FREE, row0])
-    changed = True
-    while changed:
+    scratch[chunk, fill, row0] = _ONE << np.uint64(start - row0 * size)
+    sweeps_unchanged = 0
+    down = True
+    while sweeps_unchanged < 2:
         changed = False
-        for row in range(1, size):
-            free = scratch[chunk, FREE, row]
+        for k in range(size):
+            row = k if down else size - 1 - k
             reached = scratch[chunk, fill, row]
-            enter = scratch[chunk, fill, row - 1] & free & ~reached
-            if enter:
-                scratch[chunk, fill, row] = smear(reached | enter, free)
-                changed = True
-        for row in range(size - 2, -1, -1):
+            enter = reached
+            if k > 0:
+                enter |= scratch[chunk, fill, row - 1 if down else row + 1]
             free = scratch[chunk, FREE, row]
-            reached = scratch[chunk, fill, row]
-            enter = scratch[chunk, fill, row + 1] & free & ~reached
-            if enter:
-                scratch[chunk, fill, row] = smear(reached | enter, free)
+            grown = smear(enter & free, free)
+            if grown != reached:
+                scratch[chunk, fill, row] = grown
                 changed = True
+        sweeps_unchanged = 0 if changed else sweeps_unchanged + 1
+        down = not down
     count = 0
     for row in range(size):
         count += popcount(scratch[chunk, fill, row])
     return count
 
 
-fill_rows = _jit(fill_rows)
+fill_rows = _call(fill_rows)
 
 
 def reached_by(scratch, chunk, fill, size, cell):
@@ -314,7 +332,7 @@ def flood_features(i, obs, slot, occ, ring, state, table, size, scratch, chunk):
 
     Reads the danger flags already in ``obs[slot, i, 0:3]``. The moves that do not eat free the
     tail and share one blocked set: a target already reached by an earlier fill takes that fill's
-    count. The eating move (at most one) keeps the tail and fills on its own.
+    count. The eating move (at most one) keeps the tail and fills last, on its own.
     """
     cells = size * size
     head = state[HEAD_ROW, i]
@@ -332,42 +350,44 @@ def flood_features(i, obs, slot, occ, ring, state, table, size, scratch, chunk):
     tail_row = tail // size
     tail_bit = _ONE << np.uint64(tail - tail_row * size)
     scratch[chunk, FREE, tail_row] |= tail_bit
-    shared = cells - (length - 1)
-    if shared < 1:
-        shared = 1
     fills = 0
     count1 = count2 = 0
     eat_move = -1
-    for move in range(3):
-        obs[slot, i, N_FEATURES + move] = 0.0
-        if obs[slot, i, move] != 0.0:
-            continue
-        target = table[head, (heading + TURNS[move]) & 3]
-        if target == fruit:
-            eat_move = move
-            continue
-        if fills >= 1 and reached_by(scratch, chunk, FILLS, size, target):
-            count = count1
-        elif fills >= 2 and reached_by(scratch, chunk, FILLS + 1, size, target):
-            count = count2
+    for task in range(4):  # the three moves, then the eating move if there is one
+        if task < 3:
+            move = task
+            obs[slot, i, N_FEATURES + move] = 0.0
+            if obs[slot, i, move] != 0.0:
+                continue
+            target = table[head, (heading + TURNS[move]) & 3]
+            if target == fruit:
+                eat_move = move
+                continue
+            if fills >= 1 and reached_by(scratch, chunk, FILLS, size, target):
+                obs[slot, i, N_FEATURES + move] = np.float32(count1) / np.float32(cells - length + 1)
+                continue
+            if fills >= 2 and reached_by(scratch, chunk, FILLS + 1, size, target):
+                obs[slot, i, N_FEATURES + move] = np.float32(count2) / np.float32(cells - length + 1)
+                continue
+            into = FILLS + fills
+            free = cells - length + 1  # the tail's cell is free
         else:
-            count = fill_rows(scratch, chunk, FILLS + fills, size, target)
+            if eat_move < 0:
+                break
+            move, target, into = eat_move, fruit, FILLS + 2
+            scratch[chunk, FREE, tail_row] &= ~tail_bit
+            free = cells - length
+        count = fill_rows(scratch, chunk, into, size, target)
+        if task < 3:
             if fills == 0:
                 count1 = count
-            elif fills == 1:
+            else:
                 count2 = count
             fills += 1
-        obs[slot, i, N_FEATURES + move] = np.float32(count) / np.float32(shared)
-    if eat_move >= 0:
-        scratch[chunk, FREE, tail_row] &= ~tail_bit
-        count = fill_rows(scratch, chunk, FILLS + 2, size, fruit)
-        kept = cells - length
-        if kept < 1:
-            kept = 1
-        obs[slot, i, N_FEATURES + eat_move] = np.float32(count) / np.float32(kept)
+        obs[slot, i, N_FEATURES + move] = np.float32(count) / np.float32(max(free, 1))
 
 
-flood_features = _jit(flood_features)
+flood_features = _call(flood_features)
 
 
 def observe(i, obs, slot, occ, ring, state, table, size, grid, flood, scratch, chunk):
@@ -405,73 +425,68 @@ def observe(i, obs, slot, occ, ring, state, table, size, grid, flood, scratch, c
 observe = _jit(observe)
 
 
-def step_board(i, action, draws, injected, key, counter, out, occ, ring, state, floats, flags, obs, table,
-               scratch, chunk, size, initial_length, hunger, grid, flood):
+def step_board(i, action, reset_only, draws, injected, key, counter, out, occ, ring, state, floats, flags, obs,
+               table, scratch, chunk, size, initial_length, hunger, grid, flood):
     """Board ``i`` moves by ``action`` (0 straight, 1 right, 2 left); see VectorSnake for the rules.
 
     Writes the post-step observation to ``obs[FINAL_OBS, i]`` and the observation to return to
     ``obs[out, i]``: the same, or the first of a new episode if this one ended (same-step reset).
+    With ``reset_only`` the board just starts a new episode, observed into ``obs[out, i]``.
     """
     cells = size * size
-    heading = (state[DIR_ROW, i] + TURNS[action]) & 3
-    target = table[state[HEAD_ROW, i], heading]
-    tail = tail_cell(ring, state, i, cells)
-    dead = occ[i, target] and target != tail  # the tail leaves this step, so its cell is free
-    eat = target == state[FRUIT_ROW, i]
-    if not dead:  # a dead board stays as it was: its final observation shows where it died
-        if not eat:
-            occ[i, tail] = False
-        occ[i, target] = True
-        ptr = state[PTR_ROW, i] + 1
-        if ptr == cells:
-            ptr = 0
-        ring[i, ptr] = target
-        state[PTR_ROW, i] = ptr
-        state[HEAD_ROW, i] = target
-        state[DIR_ROW, i] = heading
-    length = state[LENGTH_ROW, i] + eat
-    state[LENGTH_ROW, i] = length
-    hungry = 0 if eat else state[HUNGRY_ROW, i] + 1
-    state[HUNGRY_ROW, i] = hungry
-    score = state[EP_SCORE_ROW, i] + eat
-    state[EP_SCORE_ROW, i] = score
-    reward = np.float32(eat) - np.float32(dead)
-    win = eat and length == cells
-    terminated = dead or win
-    truncated = not terminated and hungry >= hunger
-    done = terminated or truncated
-    steps = state[EP_LEN_ROW, i] + 1
-    state[EP_LEN_ROW, i] = steps
-    returns = floats[EP_RETURN_ROW, i] + reward
-    floats[EP_RETURN_ROW, i] = returns
-    floats[REWARD_ROW, i] = reward
-    flags[TERMINATED_ROW, i] = terminated
-    flags[TRUNCATED_ROW, i] = truncated
-    flags[DONE_ROW, i] = done
-    state[FINAL_SCORE_ROW, i] = score
-    state[FINAL_LEN_ROW, i] = steps
-    floats[FINAL_RETURN_ROW, i] = returns
-    if eat and not win:
-        place_fruit(i, occ, state, cells, draw(draws, injected, key, counter, i, FRUIT_DRAW))
-
-    observe(i, obs, FINAL_OBS, occ, ring, state, table, size, grid, flood, scratch, chunk)
-    if done:
-        reset_board(i, draws, injected, key, counter, obs, out, occ, ring, state, floats, table, scratch, chunk,
-                    size, initial_length, grid, flood)
-    else:
-        for k in range(obs.shape[2]):
-            obs[out, i, k] = obs[FINAL_OBS, i, k]
-
-
-def reset_board(i, draws, injected, key, counter, obs, out, occ, ring, state, floats, table, scratch, chunk,
-                size, initial_length, grid, flood):
-    """A new episode on board ``i`` and its first observation into ``obs[out, i]``."""
+    done = True
+    if not reset_only:
+        heading = (state[DIR_ROW, i] + TURNS[action]) & 3
+        target = table[state[HEAD_ROW, i], heading]
+        tail = tail_cell(ring, state, i, cells)
+        dead = occ[i, target] and target != tail  # the tail leaves this step, so its cell is free
+        eat = target == state[FRUIT_ROW, i]
+        if not dead:  # a dead board stays as it was: its final observation shows where it died
+            if not eat:
+                occ[i, tail] = False
+            occ[i, target] = True
+            ptr = state[PTR_ROW, i] + 1
+            if ptr == cells:
+                ptr = 0
+            ring[i, ptr] = target
+            state[PTR_ROW, i] = ptr
+            state[HEAD_ROW, i] = target
+            state[DIR_ROW, i] = heading
+        length = state[LENGTH_ROW, i] + eat
+        state[LENGTH_ROW, i] = length
+        hungry = 0 if eat else state[HUNGRY_ROW, i] + 1
+        state[HUNGRY_ROW, i] = hungry
+        score = state[EP_SCORE_ROW, i] + eat
+        state[EP_SCORE_ROW, i] = score
+        reward = np.float32(eat) - np.float32(dead)
+        win = eat and length == cells
+        terminated = dead or win
+        truncated = not terminated and hungry >= hunger
+        done = terminated or truncated
+        steps = state[EP_LEN_ROW, i] + 1
+        state[EP_LEN_ROW, i] = steps
+        returns = floats[EP_RETURN_ROW, i] + reward
+        floats[EP_RETURN_ROW, i] = returns
+        floats[REWARD_ROW, i] = reward
+        flags[TERMINATED_ROW, i] = terminated
+        flags[TRUNCATED_ROW, i] = truncated
+        flags[DONE_ROW, i] = done
+        state[FINAL_SCORE_ROW, i] = score
+        state[FINAL_LEN_ROW, i] = steps
+        floats[FINAL_RETURN_ROW, i] = returns
+        if eat and not win:
+            place_fruit(i, occ, state, cells, draw(draws, injected, key, counter, i, FRUIT_DRAW))
+    if not reset_only:
+        observe(i, obs, FINAL_OBS, occ, ring, state, table, size, grid, flood, scratch, chunk)
+        if not done:
+            for k in range(obs.shape[2]):
+                obs[out, i, k] = obs[FINAL_OBS, i, k]
+            return
     start_episode(i, occ, ring, state, floats, size, initial_length, draw(draws, injected, key, counter, i, START_DRAW))
-    place_fruit(i, occ, state, size * size, draw(draws, injected, key, counter, i, RESET_FRUIT_DRAW))
+    place_fruit(i, occ, state, cells, draw(draws, injected, key, counter, i, RESET_FRUIT_DRAW))
     observe(i, obs, out, occ, ring, state, table, size, grid, flood, scratch, chunk)
 
 
-reset_board = _jit(reset_board)
 step_board = _jit(step_board)
 
 
@@ -515,15 +530,12 @@ def run_chunk(chunk, actions, draws, injected, key, counter, reset_all, out, occ
               table, scratch, size, initial_length, hunger, grid, flood):
     stop = min(state.shape[1], (chunk + 1) * CHUNK)
     for i in range(chunk * CHUNK, stop):
-        if reset_all:
-            reset_board(i, draws, injected, key, counter, obs, out, occ, ring, state, floats, table, scratch, chunk,
-                        size, initial_length, grid, flood)
-        else:
-            step_board(i, actions[i], draws, injected, key, counter, out, occ, ring, state, floats, flags, obs, table,
-                       scratch, chunk, size, initial_length, hunger, grid, flood)
+        step_board(i, 0 if reset_all else actions[i], reset_all, draws, injected, key, counter, out, occ, ring, state,
+                   floats, flags, obs, table, scratch, chunk, size, initial_length, hunger, grid, flood)
 
 
-run_chunk = _jit(run_chunk)
+# A plain call per chunk of boards: the driver's serial and parallel loops share one compiled copy.
+run_chunk = njit(cache=True, nogil=True, _nrt=False)(run_chunk) if numba is not None else run_chunk
 
 
 def step_boards(actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags, obs, table,

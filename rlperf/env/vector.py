@@ -137,7 +137,12 @@ def resolve_kernel(kernel: str, device: torch.device, flood_fill: str = "off", s
     elif flood_fill == "bfs":
         why = "env.flood_fill=bfs is the per-board Python reference, which only the ops kernel calls"
     else:
-        seconds, why = fused.compile_kernel()
+        threads = torch.get_num_threads()
+        try:
+            seconds, why = fused.compile_kernel()
+        finally:
+            # numba's first parallel launch sets the OpenMP thread count it shares with torch.
+            torch.set_num_threads(threads)
         if why is None:
             source = "env.kernel=fused" if kernel == "fused" else "auto: numba is available on the CPU"
             return "fused", f"{source} (numba {fused.numba.__version__}, compiled or loaded in {seconds:.2f} s)"
