@@ -278,6 +278,9 @@ class VectorSnake(VectorEnv):
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
         self._actions_shape = (n,)
+        # copy=True copies these four through numpy views of them, made once.
+        self._host_views = ({id(t): t.numpy() for t in (self._obs_all, self._floats, self._flags, self._state)}
+                            if dev.type == "cpu" else None)
         self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
         self._counter = 0
 
@@ -401,9 +404,10 @@ class VectorSnake(VectorEnv):
         return obs, floats[REWARD_ROW], flags[TERMINATED_ROW], flags[TRUNCATED_ROW], infos
 
     def _fresh(self, tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """A copy of ``tensor[start:stop]`` (through numpy on the CPU: half the fixed cost of a clone)."""
-        if self.device.type == "cpu":
-            return torch.from_numpy(tensor.numpy()[start:stop].copy())
+        """A copy of ``tensor[start:stop]`` (through numpy views on the CPU: a third of a clone's fixed cost)."""
+        views = self._host_views
+        if views is not None:
+            return torch.from_numpy(views[id(tensor)][start:stop].copy())
         return tensor[start:stop].clone()
 
     def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
