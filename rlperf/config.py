@@ -100,6 +100,10 @@ class EnvConfig(BaseModel):
         "tensor", description="tensor = native batched env; gym-sync, gym-async = gymnasium wrappers over single boards "
         "(docs/bottlenecks.md §5)"
     )
+    kernel: Literal["auto", "ops", "fused"] = Field(
+        "auto", description="env step: ops = one tensor operator per rule; fused = one compiled per-board step "
+        "(numba, CPU); auto = fused where it can run, else ops"
+    )
 
     @model_validator(mode="after")
     def _length_fits(self) -> EnvConfig:
@@ -107,6 +111,23 @@ class EnvConfig(BaseModel):
             raise _cross_field(
                 f"env.initial_length ({self.initial_length}) is larger than env.size ({self.size})",
                 "lower env.initial_length or raise env.size",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kernel_applies(self) -> EnvConfig:
+        if self.kernel != "fused":
+            return self
+        if self.backend != "tensor":
+            raise _cross_field(
+                f"env.kernel=fused steps the native batched env, but env.backend={self.backend} steps single boards",
+                "use env.backend=tensor, or env.kernel=auto",
+            )
+        if self.flood_fill == "bfs":
+            raise _cross_field(
+                "env.kernel=fused computes the flood fill inside its kernel; env.flood_fill=bfs (the per-board "
+                "Python reference) runs with env.kernel=ops",
+                "use env.flood_fill=tensor with the fused kernel, or env.kernel=ops or auto",
             )
         return self
 

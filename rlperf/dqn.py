@@ -68,6 +68,7 @@ class QNetwork(nn.Module):
 
 def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
+    _check_env_kernel(cfg, device)
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
         raise ConfigError(
@@ -94,6 +95,15 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
                 "train.compile on the CPU needs a C++ compiler (none found on PATH)",
                 hint="install gcc or use train.compile=off",
             )
+
+
+def _check_env_kernel(cfg: Config, device: torch.device) -> None:
+    e = cfg.env
+    if e.kernel == "fused" and e.backend == "tensor":
+        from rlperf.env.vector import resolve_kernel
+
+        # Async actors step their boards on the CPU whatever the learner's device.
+        resolve_kernel(e.kernel, torch.device("cpu") if cfg.run.mode == "async" else device, e.flood_fill, e.size)
 
 
 def epsilon_at(cfg: Config, env_steps: int) -> float:
@@ -246,10 +256,10 @@ class EpisodeLog:
         self.filled = 0
 
     def record(self, infos: dict[str, Any]) -> None:
-        row, episode = self.filled, infos["episode"]
-        self.done[row].copy_(infos["_episode"])
+        row, episode = self.filled, infos["final_info"]
+        self.done[row].copy_(infos["_final_info"])
         self.score[row].copy_(episode["score"])
-        self.length[row].copy_(episode["length"])
+        self.length[row].copy_(episode["steps"])
         self.ret[row].copy_(episode["return"])
         self.filled += 1
 

@@ -31,3 +31,11 @@ class DeviceError(RlperfError, ValueError):
 class DiskError(RlperfError):
     """A write the filesystem refused (full disk, quota, read-only, no free inodes): the path, the
     bytes it needed and what was free, in one line. Exit code 2, like every error the user can fix."""
+
+
+class InvalidActionError(RlperfError, ValueError):
+    """An action outside the env's action space (a value, dtype or shape the env cannot take)."""
+
+
+class ResetNeededError(RlperfError, RuntimeError):
+    """``step`` called before the first ``reset``."""

@@ -1,18 +1,23 @@
-"""Env steps per second of the batched Snake over N, against Gymnasium's vector wrappers.
+"""Env steps per second of the batched Snake over N, both env kernels, against Gymnasium's vector wrappers.
 
-    python scripts/bench_env.py                       # CPU: N = 256 ... 65536, flood fill off/tensor/bfs
+    python scripts/bench_env.py                       # CPU: N = 16 ... 65536, fused and ops, flood fill off/tensor/bfs
     python scripts/bench_env.py --device cuda --max-n 2097152
     python scripts/bench_env.py --quick --json        # what the test suite runs
 
 Actions are generated before the timed loop (PufferLib's rule: RNG stays out of the timing), the
-first steps are warm-up and excluded, each figure is the median of ``--repeats`` timed blocks.
+first steps are warm-up and excluded (the fused kernel's compilation happens when its env is
+built), each figure is the median of ``--repeats`` timed blocks. At each (N, flood fill) the
+kernels' blocks are interleaved (fused, ops, fused, ops, ...), so their ratio sees the same load.
 The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-board
-``SnakeEnv``) run in the same invocation so the ratio compares like with like.
+``SnakeEnv``) run in the same invocation so the ratios compare like with like. The envs run with
+``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` and the action
+checks add.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import platform
 import statistics
@@ -23,30 +28,75 @@ import gymnasium
 import torch
 from gymnasium.vector import AutoresetMode
 
-from benchutil import emit, figure, save_figure, summarize
+from benchutil import emit, figure, measure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
 from rlperf.run.record import cpu_model
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import VectorSnake
+from rlperf.env import fused
+from rlperf.env.vector import VectorSnake, resolve_kernel
 
 
-def time_vector_snake(
-    n: int, device: torch.device, flood_fill: str, steps: int, repeats: int, obs: str = "features"
-) -> list[float]:
-    env = VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device)
-    env.reset(seed=0)
+def time_vector_snakes(
+    n: int, device: torch.device, flood_fill: str, kernels: list[str], steps: int, repeats: int, obs: str = "features"
+) -> dict[str, list[float]]:
+    """Env steps/s of VectorSnake with each kernel at ``n`` boards, the kernels' blocks interleaved
+    (``copy=False``, the trainer's mode: what the env itself costs)."""
+    envs = {
+        kernel: VectorSnake(num_envs=n, size=10, obs=obs, flood_fill=flood_fill, device=device, kernel=kernel, copy=False)
+        for kernel in kernels
+    }
     actions = torch.randint(0, 3, (steps, n), device=device)
-    for i in range(min(5, steps)):  # warm-up
-        env.step(actions[i])
-    rates = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        for i in range(steps):
+    for env in envs.values():
+        env.reset(seed=0)
+        for i in range(min(5, steps)):  # warm-up
             env.step(actions[i])
-        synchronize(device)
-        rates.append(n * steps / (time.perf_counter() - start))
+    rates: dict[str, list[float]] = {kernel: [] for kernel in kernels}
+    for _ in range(repeats):
+        for kernel, env in envs.items():
+            synchronize(device)
+            start = time.perf_counter()
+            for i in range(steps):
+                env.step(actions[i])
+            synchronize(device)
+            rates[kernel].append(n * steps / (time.perf_counter() - start))
     return rates
+
+
+def overheads(n: int, repeats: int, steps: int) -> dict:
+    """What the env's contracts cost per step at ``n`` boards, for each kernel on the CPU: returning
+    fresh tensors (``copy=True`` against ``copy=False``, interleaved blocks) and checking the actions
+    (the fused kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
+    device = torch.device("cpu")
+    actions = torch.randint(0, 3, (steps, n))
+    row: dict = {"n": n}
+    for kernel in ("fused", "ops"):
+        envs = {copy: VectorSnake(num_envs=n, size=10, device=device, kernel=kernel, copy=copy) for copy in (False, True)}
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for env in envs.values():
+            env.reset(seed=0)
+            env.step(actions[0])
+        for _ in range(repeats):
+            for copy, env in envs.items():
+                start = time.perf_counter()
+                for i in range(steps):
+                    env.step(actions[i])
+                times[copy].append((time.perf_counter() - start) / steps)
+        plain, copied = statistics.median(times[False]), statistics.median(times[True])
+        env = envs[False]
+        if kernel == "fused":
+            check = functools.partial(fused.first_bad_action, actions[0].numpy())
+        else:
+            check = functools.partial(env._checked_actions, actions[0])
+        check_s = statistics.median(measure(check, device, repeats, 0.05))
+        row[kernel] = {
+            "step_us": summarize([1e6 * t for t in times[False]]),
+            "copy_step_us": summarize([1e6 * t for t in times[True]]),
+            "copy_extra_us": 1e6 * (copied - plain),
+            "copy_ratio": copied / plain,
+            "check_us": 1e6 * check_s,
+            "check_share": check_s / plain,
+        }
+    return row
 
 
 def time_gym(kind: str, n: int, steps: int, repeats: int) -> list[float]:
@@ -79,18 +129,20 @@ PEER_LABELS = {"sync": "gymnasium SyncVectorEnv", "async": "gymnasium AsyncVecto
 
 def plot(results: dict, path: Path) -> None:
     plt, fig, ax = figure()
-    for flood in ("off", "tensor", "bfs"):
-        rows = [r for r in results["tensor"] if r["flood_fill"] == flood]
-        if rows:
-            ax.errorbar(
-                [r["n"] for r in rows],
-                [r["median"] for r in rows],
-                yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
-                marker="o",
-                ms=4,
-                capsize=2,
-                label=f"rlperf VectorSnake, flood fill {flood}",
-            )
+    for kernel, style in (("fused", "-"), ("ops", "--")):
+        for flood in ("off", "tensor", "bfs"):
+            rows = [r for r in results["tensor"] if r["flood_fill"] == flood and r["kernel"] == kernel]
+            if rows:
+                ax.errorbar(
+                    [r["n"] for r in rows],
+                    [r["median"] for r in rows],
+                    yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
+                    marker="o",
+                    ms=4,
+                    capsize=2,
+                    ls=style,
+                    label=f"VectorSnake {kernel}, flood fill {flood}",
+                )
     for kind, marker in (("sync", "s"), ("async", "^"), ("sb3-dummy", "D")):
         rows = [r for r in results["gym"] if r["kind"] == kind]
         if rows:
@@ -116,7 +168,7 @@ def plot(results: dict, path: Path) -> None:
     save_figure(plt, fig, path)
 
 
-def time_gym_baselines(args: argparse.Namespace, results: dict) -> None:
+def time_gym_baselines(args: argparse.Namespace, results: dict, kernels: list[str]) -> None:
     """Gymnasium's (and SB3's) vector envs over SnakeEnv, and VectorSnake's ratio to each."""
     gym_sizes = [16] if args.quick else [16, 256]
     gym_steps = 5 if args.quick else 50
@@ -127,12 +179,59 @@ def time_gym_baselines(args: argparse.Namespace, results: dict) -> None:
             results["gym"].append({"n": gym_n, "kind": kind, **summarize(rates)})
             if not args.json:
                 print(f"{kind:>9s} over SnakeEnv N={gym_n:>6,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+    rows = {(r["kernel"], r["flood_fill"], r["n"]): r for r in results["tensor"]}
     for row in results["gym"]:
-        native = [r for r in results["tensor"] if r["n"] == row["n"] and r["flood_fill"] == "off"]
-        if native:
-            row["native_ratio"] = native[0]["median"] / row["median"]
-            if not args.json:
-                print(f"VectorSnake / {row['kind']} at N={row['n']}: {row['native_ratio']:.1f}x")
+        for kernel in kernels:
+            native = rows.get((kernel, "off", row["n"]))
+            if native:
+                row[f"{kernel}_ratio"] = native["median"] / row["median"]
+                if not args.json:
+                    print(f"VectorSnake {kernel} / {row['kind']} at N={row['n']}: {row[f'{kernel}_ratio']:.1f}x")
+
+
+def time_kernels(args: argparse.Namespace, device: torch.device, sizes: list[int], kernels: list[str], results: dict) -> None:
+    """VectorSnake with each kernel and flood fill at every N; fused / ops ratios and fused's best N."""
+    for flood in ("off", "tensor", "bfs"):
+        for n in sizes:
+            if flood == "bfs" and n > 4096:
+                continue  # the Python BFS reference: minutes per block beyond this
+            steps = max(3, args.steps // 10) if flood == "bfs" else args.steps
+            run = ["ops"] if flood == "bfs" else kernels  # the fused kernel has its own fill
+            for kernel, rates in time_vector_snakes(n, device, flood, run, steps, args.repeats).items():
+                results["tensor"].append({"n": n, "flood_fill": flood, "kernel": kernel, **summarize(rates)})
+                if not args.json:
+                    line = f"VectorSnake {kernel:5s} flood={flood:6s} N={n:>8,}  {statistics.median(rates):>14,.0f} steps/s"
+                    print(line, flush=True)
+    rows = {(r["kernel"], r["flood_fill"], r["n"]): r for r in results["tensor"]}
+    results["fused_over_ops"] = [
+        {"n": n, "flood_fill": flood, "ratio": rows[("fused", flood, n)]["median"] / rows[("ops", flood, n)]["median"]}
+        for (kernel, flood, n) in rows
+        if kernel == "fused" and ("ops", flood, n) in rows
+    ]
+    fused_off = [r for r in results["tensor"] if r["kernel"] == "fused" and r["flood_fill"] == "off"]
+    if fused_off:
+        best = max(fused_off, key=lambda r: r["median"])
+        results["best_fused"] = {"n": best["n"], "median": best["median"]}
+    if not args.json:
+        for r in results["fused_over_ops"]:
+            print(f"fused / ops at N={r['n']:,}, flood fill {r['flood_fill']}: {r['ratio']:.1f}x")
+        if fused_off:
+            print(f"fused, best N: {best['n']:,} at {best['median']:,.0f} env steps/s")
+
+
+def time_overheads(args: argparse.Namespace, results: dict) -> None:
+    """The copy and action-check costs at N = 256 and at --max-n."""
+    results["overheads"] = [overheads(n, args.repeats, args.steps) for n in sorted({min(256, args.max_n), args.max_n})]
+    if args.json:
+        return
+    for r in results["overheads"]:
+        for kernel in ("fused", "ops"):
+            o = r[kernel]
+            print(
+                f"{kernel:5s} N={r['n']:>8,}: copy=True +{o['copy_extra_us']:.1f} µs per step ({o['copy_ratio']:.2f}x "
+                f"the {o['step_us']['median']:.1f} µs step); action check {o['check_us']:.2f} µs "
+                f"({o['check_share']:.1%} of the step)"
+            )
 
 
 def main() -> None:
@@ -144,6 +243,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: library default)")
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
+    parser.add_argument(
+        "--overheads",
+        action="store_true",
+        help="also time copy=True against copy=False and the action checks (CPU; N = 256 and --max-n)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")
     parser.add_argument("--plot", type=Path, help="write env steps/s vs N (log-log) with the peers' points as PNG here")
@@ -173,17 +277,13 @@ def main() -> None:
     while n <= args.max_n:
         sizes.append(n)
         n *= 4
-    for flood in ("off", "tensor", "bfs"):
-        for n in sizes:
-            if flood == "bfs" and n > 4096:
-                continue  # the Python BFS reference: minutes per block beyond this
-            steps = max(3, args.steps // 10) if flood == "bfs" else args.steps
-            rates = time_vector_snake(n, device, flood, steps, args.repeats)
-            results["tensor"].append({"n": n, "flood_fill": flood, **summarize(rates)})
-            if not args.json:
-                print(f"VectorSnake  flood={flood:6s} N={n:>8,}  {statistics.median(rates):>14,.0f} steps/s", flush=True)
+    kernels = [k for k in ("fused", "ops") if resolve_kernel(k if k == "ops" else "auto", device)[0] == k]
+    results["kernels"] = kernels
+    time_kernels(args, device, sizes, kernels, results)
+    if args.overheads:
+        time_overheads(args, results)
     if not args.no_gym:
-        time_gym_baselines(args, results)
+        time_gym_baselines(args, results, kernels)
     if args.plot:
         plot(results, args.plot)
     emit(results, args.out, args.json)

@@ -177,6 +177,33 @@ def test_gym_backend_rule() -> None:
     assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.reference == "docs/bottlenecks.md §5"
 
 
+def test_ops_kernel_rule() -> None:
+    vector = f"{RLPERF}/env/vector.py"
+    where = ("~", 0, "<built-in method where of type object at 0x1>")
+    raw = {where: (1540, 1540, 1.0, 1.0, {(vector, 300, "_step_ops"): (1540, 1540, 1.0, 1.0)}),
+           (vector, 300, "_step_ops"): (110, 110, 1.0, 20.0, {})}
+    stats = CallStats(SimpleNamespace(stats=raw, total_calls=0, prim_calls=0, total_tt=0.0))
+    seconds = dict(select=1.0, step=20.0, push=1.0, train=10.0, log=0.2)
+    ops = record("default", ("env.kernel=ops",), **seconds)
+    f = next(f for f in advise(ops, stats, None) if f.knob == "env.kernel=fused")
+    assert "with env.kernel=ops" in f.evidence and "14 torch calls per vector step from the env" in f.evidence
+    assert f.title == "Env step is operator dispatch (env.kernel=ops)" and f.est_saving_s == pytest.approx(0.95 * 20.0)
+    assert f.reference == "docs/bottlenecks.md §6" and f.expected_gain.startswith("docs/bottlenecks.md §6")
+    assert "seed" not in f.expected_gain and "DESIGN" not in f.expected_gain + f.evidence
+    # auto fell back to ops (the record says so): the same finding, without cProfile evidence.
+    fallback = record("default", (), **seconds)
+    fallback["env"] = {"kernel": "ops", "reason": "auto: numba cannot be imported"}
+    assert "env.kernel=fused" in knobs(advise(fallback, None, None))
+    # Nothing to say when fused ran, on a GPU, with the Python BFS, or with a Gymnasium backend.
+    ran_fused = record("default", ("env.kernel=ops",), **seconds)
+    ran_fused["env"] = {"kernel": "fused", "reason": "env.kernel=fused"}
+    for rec in (ran_fused, record("default", ("env.kernel=fused",), **seconds),
+                record("default", ("env.kernel=ops",), device="cuda", **seconds),
+                record("default", ("env.kernel=ops", "env.flood_fill=bfs"), **seconds),
+                record("default", ("env.backend=gym-sync",), **seconds)):
+        assert "env.kernel=fused" not in knobs(advise(rec, stats, None))
+
+
 def test_no_measured_steps_means_no_finding_and_says_why() -> None:
     short = record(vector_steps=5)
     short["timing"]["measured_steps"] = 0

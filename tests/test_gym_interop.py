@@ -69,6 +69,22 @@ def test_make_vec_uses_the_native_vector_env():
     env.close()
 
 
+@pytest.mark.parametrize("kernel", ["ops", "fused"])
+def test_make_vec_passes_the_kernel_through(kernel):
+    env = gymnasium.make_vec(ENV_ID, num_envs=8, vectorization_mode="vector_entry_point", size=6, device="cpu",
+                             kernel=kernel)
+    assert isinstance(env, VectorSnake) and env.kernel == kernel and env.kernel_reason
+    assert roll(env, 8, 40, seed=1) > 0
+
+
+def test_the_single_board_env_refuses_the_fused_kernel():
+    from rlperf.errors import ConfigError
+
+    assert gymnasium.make(ENV_ID, kernel="auto").unwrapped.size == 10
+    with pytest.raises(ConfigError, match="make_vec"):
+        gymnasium.make(ENV_ID, kernel="fused")
+
+
 def test_make_vec_passes_grid_obs_through():
     env = gymnasium.make_vec(ENV_ID, num_envs=5, vectorization_mode="vector_entry_point", size=7, obs="grid",
                              device="cpu")
@@ -109,23 +125,23 @@ def roll(env, num_envs: int, steps: int, seed: int) -> int:
         assert rewards.shape == (num_envs,) and rewards.dtype == torch.float32
         assert terminated.dtype == truncated.dtype == torch.bool
         done = terminated | truncated
-        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_episode"], done)
+        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_final_info"], done)
         assert infos["final_obs"].shape == obs.shape
         score += (rewards == 1).long()
         length += 1
         for i in done.nonzero().squeeze(1).tolist():
             ended += 1
             assert not torch.equal(infos["final_obs"][i], obs[i])  # last position vs a fresh start
-            assert int(infos["episode"]["score"][i]) == int(score[i])
-            assert int(infos["episode"]["length"][i]) == int(length[i])
+            assert int(infos["final_info"]["score"][i]) == int(score[i])
+            assert int(infos["final_info"]["steps"][i]) == int(length[i])
         score[done] = 0
         length[done] = 0
     return ended
 
 
-@pytest.mark.parametrize("backend", ["tensor", "gym-sync"])
-def test_backends_speak_the_same_interface(backend):
-    env = make_env(backend, 8, torch.device("cpu"), size=6, obs="grid")
+@pytest.mark.parametrize(("backend", "kernel"), [("tensor", "ops"), ("tensor", "fused"), ("gym-sync", "auto")])
+def test_backends_speak_the_same_interface(backend, kernel):
+    env = make_env(backend, 8, torch.device("cpu"), size=6, obs="grid", kernel=kernel)
     assert env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
     assert env.single_observation_space.shape == (3, 6, 6)
     assert roll(env, 8, 60, seed=3) > 0
@@ -145,12 +161,14 @@ def test_gym_sync_features_match_vector_snake_shapes():
     for x, y in zip(out_a[:4], out_b[:4], strict=True):
         assert x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
     assert out_a[4].keys() == out_b[4].keys()
-    assert out_a[4]["episode"].keys() == out_b[4]["episode"].keys()
+    assert out_a[4]["final_info"].keys() == out_b[4]["final_info"].keys()
     gym_sync.close()
 
 
-def test_same_step_autoreset_native():
-    env = gymnasium.make_vec(ENV_ID, num_envs=3, vectorization_mode="vector_entry_point", size=6, device="cpu")
+@pytest.mark.parametrize("kernel", ["ops", "fused"])
+def test_same_step_autoreset_native(kernel):
+    env = gymnasium.make_vec(ENV_ID, num_envs=3, vectorization_mode="vector_entry_point", size=6, device="cpu",
+                             kernel=kernel)
     env.reset(seed=4)
     env.set_board(1, **DOOMED, score=2, steps=9)
     single = SnakeEnv(size=6)
@@ -167,7 +185,7 @@ def test_same_step_autoreset_native():
     assert len(fresh["body"]) == 3 and fresh["steps"] == fresh["score"] == 0
     single.set_state(**fresh)
     assert np.array_equal(obs[1].numpy(), single.observe())
-    assert int(infos["episode"]["score"][1]) == 2 and int(infos["episode"]["length"][1]) == 10
+    assert int(infos["final_info"]["score"][1]) == 2 and int(infos["final_info"]["steps"][1]) == 10
     # The next action already moves the new snake (no reset step in between, as NEXT_STEP would have).
     actions = torch.zeros(3, dtype=torch.long)
     actions[1] = safe_action(fresh, 6)
@@ -176,12 +194,13 @@ def test_same_step_autoreset_native():
     assert moved["steps"] == 1 and moved["body"][1] == fresh["body"][0]
 
 
-def test_same_step_autoreset_matches_gymnasium_sync_vector_env():
+@pytest.mark.parametrize("kernel", ["ops", "fused"])
+def test_same_step_autoreset_matches_gymnasium_sync_vector_env(kernel):
     """Gymnasium's own SAME_STEP vector env over SnakeEnv is the reference for the semantics."""
     reference = gymnasium.vector.SyncVectorEnv([lambda: SnakeEnv(size=6)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
     reference.reset(seed=0)
     reference.envs[0].unwrapped.set_state(**DOOMED)
-    native = VectorSnake(num_envs=2, size=6, device="cpu")
+    native = VectorSnake(num_envs=2, size=6, device="cpu", kernel=kernel)
     native.reset(seed=0)
     native.set_board(0, **DOOMED)
 

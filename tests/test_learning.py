@@ -18,7 +18,7 @@ def random_policy_score(size: int, episodes: int = 400) -> float:
     scores: list[int] = []
     while len(scores) < episodes:
         _, _, _, _, infos = env.step(torch.randint(0, 3, (64,), generator=gen))
-        scores += infos["episode"]["score"][infos["_episode"]].tolist()
+        scores += infos["final_info"]["score"][infos["_final_info"]].tolist()
     return sum(scores) / len(scores)
 
 

@@ -20,11 +20,20 @@ def run_script(name: str, *args: str) -> dict:
 
 
 def test_bench_env_quick() -> None:
-    result = run_script("bench_env.py", "--quick", "--json")
-    assert {row["flood_fill"] for row in result["tensor"]} == {"off", "tensor", "bfs"}
+    result = run_script("bench_env.py", "--quick", "--overheads", "--json")
+    assert result["kernels"] == ["fused", "ops"]
+    (overheads,) = result["overheads"]  # at the largest quick N
+    for kernel in ("fused", "ops"):
+        o = overheads[kernel]
+        assert o["step_us"]["median"] > 0 and o["copy_ratio"] > 0 and 0 < o["check_us"] and 0 < o["check_share"] < 1
+    rows = {(row["kernel"], row["flood_fill"]) for row in result["tensor"]}
+    assert rows == {("fused", "off"), ("fused", "tensor"), ("ops", "off"), ("ops", "tensor"), ("ops", "bfs")}
     assert all(row["median"] > 0 and row["min"] <= row["median"] <= row["max"] for row in result["tensor"])
+    pairs = {(f, n) for f in ("off", "tensor") for n in (16, 64)}
+    assert {(r["flood_fill"], r["n"]) for r in result["fused_over_ops"]} == pairs
+    assert all(r["ratio"] > 0 for r in result["fused_over_ops"]) and result["best_fused"]["n"] in (16, 64)
     assert {"sync", "async"} <= {row["kind"] for row in result["gym"]} <= {"sync", "async", "sb3-dummy"}
-    assert all(row["native_ratio"] > 0 for row in result["gym"])
+    assert all(row["fused_ratio"] > 0 and row["ops_ratio"] > 0 for row in result["gym"])
 
 
 def test_baseline_heuristic_json() -> None:
@@ -101,13 +110,15 @@ def test_bench_limits_quick() -> None:
     result = run_script("bench_limits.py", "--quick", "--json")
     assert result["bandwidth_bytes_per_s"]["median"] > 1e8  # any machine copies faster than 100 MB/s
     assert 0 < result["op_overhead_s"]["median"] < 1e-3
-    rows = {(r["flood_fill"], r["n"]): r for r in result["rows"]}
-    assert set(rows) == {(f, n) for f in ("off", "tensor") for n in (16, 256)}
+    rows = {(r["kernel"], r["flood_fill"], r["n"]): r for r in result["rows"]}
+    assert set(rows) == {(k, f, n) for k in ("ops", "fused") for f in ("off", "tensor") for n in (16, 256)}
     for r in rows.values():
-        assert r["ops_per_step"] > 10 and r["bytes_per_env_step"] > 0 and r["env_steps_per_s"] > 0
+        assert r["bytes_per_env_step"] > 0 and r["env_steps_per_s"] > 0
         assert r["bound_by"] in ("overhead", "bandwidth") and r["fraction_of_limit"] > 0
+        assert r["ops_per_step"] > 10 if r["kernel"] == "ops" else r["ops_per_step"] == 0 and r["bandwidth_share"] > 0
     # Flood fill adds operators and bytes to every step.
-    assert rows[("tensor", 256)]["ops_per_step"] > rows[("off", 256)]["ops_per_step"]
+    assert rows[("ops", "tensor", 256)]["ops_per_step"] > rows[("ops", "off", 256)]["ops_per_step"]
+    assert 0 < result["fused_fixed_cost_s"]["median"] < 1e-3
 
 
 def test_bench_gpu_pipeline_on_cpu(tmp_path: Path) -> None:

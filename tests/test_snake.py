@@ -1,8 +1,10 @@
 """VectorSnake: every rule on hand-built boards, rollout invariants, seeding, and the single-board twin.
 
-Rule and invariant tests run on both code paths for the rare per-board work (resets and fruit
-respawn): ``dense=False`` (the CPU default, subset of boards) and ``dense=True`` (the CUDA default,
-all boards with ``torch.where``), both forced here on the CPU.
+Rule and invariant tests run on every step path (the ``path`` fixture): the ``ops`` kernel with
+both code paths for the rare per-board work (resets and fruit respawn) -- ``dense=False`` (the CPU
+default, subset of boards) and ``dense=True`` (the CUDA default, all boards with ``torch.where``),
+both forced here on the CPU -- and the ``fused`` kernel. tests/test_fused_kernel.py checks that the
+two kernels agree bit for bit.
 """
 
 from __future__ import annotations
@@ -40,14 +42,26 @@ PATH_4X4 = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+PATHS = {"ops-subset": ("ops", False), "ops-dense": ("ops", True), "fused": ("fused", False)}
+
+
+@pytest.fixture(params=list(PATHS.values()), ids=list(PATHS))
+def path(request) -> tuple[str, bool]:
+    """(kernel, dense): which step code runs."""
+    return request.param
+
+
 @pytest.fixture(params=[False, True], ids=["subset", "dense"])
 def dense(request) -> bool:
     return request.param
 
 
-def make_env(num_envs: int, size: int = 6, dense: bool = False, seed: int = 0, device: str = "cpu",
-             **kwargs) -> VectorSnake:
-    env = VectorSnake(num_envs=num_envs, size=size, device=device, **kwargs)
+def make_env(num_envs: int, size: int = 6, path: tuple[str, bool] = ("ops", False), seed: int = 0,
+             device: str = "cpu", **kwargs) -> VectorSnake:
+    kernel, dense = path
+    if kernel == "fused" and kwargs.get("flood_fill") == "bfs":
+        pytest.skip("the fused kernel computes its own flood fill (flood_fill=bfs is the ops kernel's reference)")
+    env = VectorSnake(num_envs=num_envs, size=size, device=device, kernel=kernel, **kwargs)
     env.dense = dense
     env.reset(seed=seed)
     return env
@@ -118,9 +132,9 @@ SCENARIOS = {
 DEATHS = ("wall_up", "wall_right", "wall_down", "wall_left", "wall_by_turn", "self")
 
 
-def test_every_rule_on_hand_built_boards(dense):
+def test_every_rule_on_hand_built_boards(path):
     names = list(SCENARIOS)
-    env = make_env(len(names), size=6, dense=dense, seed=1)
+    env = make_env(len(names), size=6, path=path, seed=1)
     single = twin(env)
     before = {}
     for i, name in enumerate(names):
@@ -146,9 +160,9 @@ def test_every_rule_on_hand_built_boards(dense):
             # The final observation shows the position the snake died in, unchanged.
             assert np.array_equal(final_obs[i], observe_state(single, before[name])), name
             assert np.array_equal(final_obs[i], s_obs), name
-            assert int(infos["episode"]["score"][i]) == score, name
-            assert int(infos["episode"]["length"][i]) == 11, name
-            assert float(infos["episode"]["return"][i]) == score - 1, name
+            assert int(infos["final_info"]["score"][i]) == score, name
+            assert int(infos["final_info"]["steps"][i]) == 11, name
+            assert float(infos["final_info"]["return"][i]) == score - 1, name
             # ... and the returned observation is already the next episode's first.
             state = env.get_board(i)
             assert_fresh_start(state, 3)
@@ -178,10 +192,10 @@ def test_every_rule_on_hand_built_boards(dense):
     assert plain["body"] == [(2, 3), (3, 3), (4, 3)] and plain["direction"] == UP
 
 
-def test_eating_respawns_the_fruit_on_free_cells_only(dense):
+def test_eating_respawns_the_fruit_on_free_cells_only(path):
     # Many copies of one eating position: the new fruit is always free, and not always the same cell.
     n = 64
-    env = make_env(n, size=6, dense=dense, seed=2)
+    env = make_env(n, size=6, path=path, seed=2)
     body = [(2, 2), (3, 2), (4, 2), (4, 3), (4, 4), (3, 4), (2, 4)]
     for i in range(n):
         env.set_board(i, body, UP, (1, 2), score=4)
@@ -196,8 +210,8 @@ def test_eating_respawns_the_fruit_on_free_cells_only(dense):
 
 
 @pytest.mark.parametrize("obs", ["features", "grid"])
-def test_win_on_a_full_board_and_the_last_free_cell(dense, obs):
-    env = make_env(3, size=4, dense=dense, seed=3, obs=obs)
+def test_win_on_a_full_board_and_the_last_free_cell(path, obs):
+    env = make_env(3, size=4, path=path, seed=3, obs=obs)
     single = twin(env)
     win_body, win_dir = path_board(15)  # eats the last free cell (3, 0)
     last_body, last_dir = path_board(14)  # after eating, exactly one free cell is left: (3, 0)
@@ -210,7 +224,7 @@ def test_win_on_a_full_board_and_the_last_free_cell(dense, obs):
     assert rewards.tolist() == [1.0, 1.0, 0.0]
     assert terminated.tolist() == [True, False, False]
     assert truncated.tolist() == [False, False, False]
-    assert int(infos["episode"]["score"][0]) == 13 and int(infos["episode"]["length"][0]) == 41
+    assert int(infos["final_info"]["score"][0]) == 13 and int(infos["final_info"]["steps"][0]) == 41
 
     # The final observation is the full board (no fruit anywhere), as the single-board env has it.
     single.set_state(**before)
@@ -234,8 +248,8 @@ def test_win_on_a_full_board_and_the_last_free_cell(dense, obs):
     assert np.array_equal(np_(obs_t[1]), observe_state(single, last))
 
 
-def test_following_the_tail_round_a_loop_is_legal(dense):
-    env = make_env(2, size=6, dense=dense, seed=4, hunger=1000)
+def test_following_the_tail_round_a_loop_is_legal(path):
+    env = make_env(2, size=6, path=path, seed=4, hunger=1000)
     single = twin(env)
     env.set_board(0, CCW_LOOP, LEFT, (5, 5))
     env.set_board(1, CW_LOOP, RIGHT, (0, 0))
@@ -250,9 +264,9 @@ def test_following_the_tail_round_a_loop_is_legal(dense):
             assert np.array_equal(np_(obs[i]), observe_state(single, state))
 
 
-def test_hunger_truncates_at_exactly_hunger_steps(dense):
+def test_hunger_truncates_at_exactly_hunger_steps(path):
     hunger = 5
-    env = make_env(3, size=6, dense=dense, seed=5, hunger=hunger)
+    env = make_env(3, size=6, path=path, seed=5, hunger=hunger)
     single = twin(env)
     env.set_board(0, CCW_LOOP, LEFT, (5, 5), steps=7)
     env.set_board(1, CW_LOOP, RIGHT, (0, 0), steps_since_fruit=2)
@@ -277,7 +291,7 @@ def test_hunger_truncates_at_exactly_hunger_steps(dense):
             assert env.get_board(0)["steps_since_fruit"] == step
     assert bool(truncated[0]) and not bool(terminated[0]) and float(rewards[0]) == 0.0
     assert bool(infos["_final_obs"][0])
-    assert int(infos["episode"]["length"][0]) == 7 + hunger
+    assert int(infos["final_info"]["steps"][0]) == 7 + hunger
     single.set_state(**before)
     s_obs, s_reward, s_term, s_trunc, _ = single.step(TURN_LEFT)
     assert (s_reward, s_term, s_trunc) == (0.0, False, True)
@@ -287,7 +301,7 @@ def test_hunger_truncates_at_exactly_hunger_steps(dense):
     assert np.array_equal(np_(obs[0]), observe_state(single, fresh))
 
 
-def test_relative_actions_turn_from_every_heading(dense):
+def test_relative_actions_turn_from_every_heading(path):
     # heading -> (body head first, {action: (new heading, new head)})
     table = {
         UP: ([(2, 2), (3, 2), (4, 2)], {STRAIGHT: (UP, (1, 2)), TURN_RIGHT: (RIGHT, (2, 3)), TURN_LEFT: (LEFT, (2, 1))}),
@@ -296,7 +310,7 @@ def test_relative_actions_turn_from_every_heading(dense):
         LEFT: ([(2, 2), (2, 3), (2, 4)], {STRAIGHT: (LEFT, (2, 1)), TURN_RIGHT: (UP, (1, 2)), TURN_LEFT: (DOWN, (3, 2))}),
     }
     cases = [(heading, action) for heading in table for action in (STRAIGHT, TURN_RIGHT, TURN_LEFT)]
-    env = make_env(len(cases), size=6, dense=dense, seed=6)
+    env = make_env(len(cases), size=6, path=path, seed=6)
     for i, (heading, _) in enumerate(cases):
         env.set_board(i, table[heading][0], heading, (5, 5))
     _, rewards, terminated, _, _ = env.step(torch.tensor([action for _, action in cases]))
@@ -310,7 +324,7 @@ def test_relative_actions_turn_from_every_heading(dense):
 # ---------------------------------------------------------------- observations on hand-built boards
 
 
-def test_features_on_hand_built_boards(dense):
+def test_features_on_hand_built_boards(path):
     # (body, heading, fruit) -> danger straight/right/left, heading one-hot, fruit left/right/up/down
     boards = [
         # Turning left enters the tail (2, 1): legal, so no danger there.
@@ -323,7 +337,7 @@ def test_features_on_hand_built_boards(dense):
         # A fruit right ahead is not a danger.
         (([(2, 2), (2, 3), (2, 4)], LEFT, (2, 1)), [0, 0, 0], [0, 0, 0, 1], [1, 0, 0, 0]),
     ]
-    env = make_env(len(boards), size=6, dense=dense, seed=7)
+    env = make_env(len(boards), size=6, path=path, seed=7)
     single = twin(env)
     for i, ((body, heading, fruit), *_) in enumerate(boards):
         env.set_board(i, body, heading, fruit)
@@ -335,8 +349,8 @@ def test_features_on_hand_built_boards(dense):
 
 
 @pytest.mark.parametrize("flood_fill", ["bfs", "tensor"])
-def test_flood_fill_features_see_the_pocket(dense, flood_fill):
-    env = make_env(3, size=6, dense=dense, seed=8, flood_fill=flood_fill)
+def test_flood_fill_features_see_the_pocket(path, flood_fill):
+    env = make_env(3, size=6, path=path, seed=8, flood_fill=flood_fill)
     single = twin(env)
     env.set_board(0, POCKET_BODY, UP, (5, 5))
     env.set_board(1, POCKET_BODY, UP, (2, 4))  # turning right eats: the tail stays
@@ -352,8 +366,8 @@ def test_flood_fill_features_see_the_pocket(dense, flood_fill):
         assert np.allclose(obs[i], observe_state(single, env.get_board(i)), rtol=0, atol=1e-6)
 
 
-def test_grid_planes(dense):
-    env = make_env(2, size=6, dense=dense, seed=9, obs="grid")
+def test_grid_planes(path):
+    env = make_env(2, size=6, path=path, seed=9, obs="grid")
     body = [(2, 2), (2, 3), (3, 3), (4, 3)]
     env.set_board(1, body, LEFT, (0, 5))
     grid = np_(env.observations)
@@ -370,11 +384,11 @@ def test_grid_planes(dense):
 # ---------------------------------------------------------------- rollout invariants
 
 
-def run_invariants(device: str, dense: bool, num_envs: int, size: int, obs: str = "features",
+def run_invariants(device: str, path: tuple[str, bool], num_envs: int, size: int, obs: str = "features",
                    flood_fill: str = "off", hunger: int | None = None, steps: int = 50, sample: int = 6) -> Counter:
-    env = make_env(num_envs, size=size, dense=dense, seed=11, device=device, obs=obs, flood_fill=flood_fill,
+    env = make_env(num_envs, size=size, path=path, seed=11, device=device, obs=obs, flood_fill=flood_fill,
                    hunger=hunger)
-    assert env.dense is dense
+    assert env.dense is path[1]
     single = twin(env)
     rng = np.random.default_rng(12)
     gen = torch.Generator(device=device).manual_seed(13)
@@ -389,12 +403,12 @@ def run_invariants(device: str, dense: bool, num_envs: int, size: int, obs: str 
         assert not (terminated & truncated).any()
         assert torch.equal(rewards == -1, terminated & (rewards != 1))  # -1 exactly on death
         assert not (truncated & (rewards != 0)).any()
-        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_episode"], done)
+        assert torch.equal(infos["_final_obs"], done) and torch.equal(infos["_final_info"], done)
         assert torch.equal(infos["final_obs"][~done], obs_t[~done])
         score += (rewards == 1).long()
         length += 1
-        assert torch.equal(infos["episode"]["score"][done], score[done])
-        assert torch.equal(infos["episode"]["length"][done], length[done])
+        assert torch.equal(infos["final_info"]["score"][done], score[done])
+        assert torch.equal(infos["final_info"]["steps"][done], length[done])
         score[done] = 0
         length[done] = 0
         seen["done"] += int(done.sum())
@@ -429,8 +443,8 @@ def run_invariants(device: str, dense: bool, num_envs: int, size: int, obs: str 
         (64, 4, "features", "off", None),
     ],
 )
-def test_rollout_invariants(dense, num_envs, size, obs, flood_fill, hunger):
-    seen = run_invariants("cpu", dense, num_envs, size, obs, flood_fill, hunger)
+def test_rollout_invariants(path, num_envs, size, obs, flood_fill, hunger):
+    seen = run_invariants("cpu", path, num_envs, size, obs, flood_fill, hunger)
     if num_envs > 1:
         assert seen["done"] > 0
     if hunger is not None:
@@ -448,16 +462,16 @@ def rollout(env: VectorSnake, actions: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
-def test_same_seed_same_trajectory_and_different_seeds_differ(dense):
+def test_same_seed_same_trajectory_and_different_seeds_differ(path):
     actions = torch.randint(0, 3, (40, 16), generator=torch.Generator().manual_seed(0))
-    a = rollout(make_env(16, dense=dense, seed=3), actions)
-    b = rollout(make_env(16, dense=dense, seed=3), actions)
+    a = rollout(make_env(16, path=path, seed=3), actions)
+    b = rollout(make_env(16, path=path, seed=3), actions)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-    c = rollout(make_env(16, dense=dense, seed=4), actions)
+    c = rollout(make_env(16, path=path, seed=4), actions)
     assert not torch.equal(a[0], c[0])
     assert not all(torch.equal(x, y) for x, y in zip(a, c, strict=True))
     # Re-seeding a used env restarts the same trajectory.
-    env = make_env(16, dense=dense, seed=9)
+    env = make_env(16, path=path, seed=9)
     rollout(env, actions[:10])
     env.reset(seed=3)
     again = rollout(env, actions)
@@ -487,9 +501,9 @@ def policy(state: dict, size: int, rng: np.random.Generator, greedy: bool) -> in
 @pytest.mark.parametrize(
     ("obs", "flood_fill"), [("features", "off"), ("features", "bfs"), ("features", "tensor"), ("grid", "off")]
 )
-def test_matches_the_single_board_env(dense, obs, flood_fill):
+def test_matches_the_single_board_env(path, obs, flood_fill):
     n, size = 12, 6
-    env = make_env(n, size=size, dense=dense, seed=21, obs=obs, flood_fill=flood_fill, hunger=24)
+    env = make_env(n, size=size, path=path, seed=21, obs=obs, flood_fill=flood_fill, hunger=24)
     single = twin(env)
     rng = np.random.default_rng(22)
     seen = Counter()
@@ -561,17 +575,17 @@ def test_render_text_matches_render_board():
     assert make_env(2).render() is None
 
 
-def test_state_dict_round_trip(dense):
+def test_state_dict_round_trip(path):
     gen = torch.Generator().manual_seed(1)
-    env = make_env(16, size=6, dense=dense, seed=14)
+    env = make_env(16, size=6, path=path, seed=14)
     rollout(env, torch.randint(0, 3, (25, 16), generator=gen))
     state = env.state_dict()
     saved_obs = env.observations.clone()
     actions = torch.randint(0, 3, (30, 16), generator=gen)
     expected = rollout(env, actions)
 
-    fresh = VectorSnake(num_envs=16, size=6, device="cpu")
-    fresh.dense = dense
+    fresh = VectorSnake(num_envs=16, size=6, device="cpu", kernel=path[0])
+    fresh.dense = path[1]
     fresh.load_state_dict(state)
     assert torch.equal(fresh.observations, saved_obs)
     replay = rollout(fresh, actions)
@@ -612,5 +626,5 @@ def test_cuda_step_does_not_sync(obs, flood_fill):
 @pytest.mark.parametrize(("num_envs", "size", "obs", "flood_fill"),
                          [(7, 6, "features", "tensor"), (64, 4, "grid", "off"), (64, 10, "features", "off")])
 def test_cuda_rollout_invariants(dense, num_envs, size, obs, flood_fill):
-    seen = run_invariants("cuda", dense, num_envs, size, obs, flood_fill, hunger=30)
+    seen = run_invariants("cuda", ("ops", dense), num_envs, size, obs, flood_fill, hunger=30)
     assert seen["done"] > 0

@@ -24,7 +24,7 @@ from rlperf.timers import PHASES
 
 TINY = ["-c", "smoke", "--set", "run.device=cpu", "--set", "run.threads=1"]
 RECORD_KEYS = {"schema", "kind", "name", "run_dir", "status", "command", "started_at", "resumed", "config", "system",
-               "timing", "totals", "throughput", "phases", "learning", "memory", "checkpoint", "files"}
+               "timing", "totals", "throughput", "phases", "learning", "memory", "checkpoint", "files", "env"}
 PHASE_KEYS = {"total_s", "share", "calls", "mean_ms", "p50_ms", "p95_ms"}
 
 
@@ -70,6 +70,8 @@ def test_record_has_every_section(json_run: tuple[int, str, Path]) -> None:
 
     assert {"rlperf", "python", "torch", "device", "cpu_model", "torch_threads", "git_revision"} <= set(r["system"])
     assert r["system"]["device"] == "cpu"
+    # env.kernel=auto on the CPU: the fused kernel ran, and the record says why.
+    assert r["env"]["kernel"] == "fused" and r["env"]["reason"].startswith("auto: numba")
 
     totals = r["totals"]
     assert (totals["env_steps"], totals["vector_steps"]) == (480, 30)

@@ -5,7 +5,7 @@ single-board :class:`rlperf.single_snake.SnakeEnv` under ``gymnasium.vector.Sync
 ``AsyncVectorEnv`` and convert their NumPy batches to tensors on the trainer's device every step:
 that is the usual way to vectorize, and what native batching is measured against (docs/bottlenecks.md §5).
 All three present the same interface to the trainer (tensors in, tensors out, same-step autoreset,
-dense ``final_obs`` and episode statistics in ``infos``).
+dense ``final_obs`` and the ended episodes' ``final_info`` -- score, steps, return -- in ``infos``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import VectorSnake
+from rlperf.env.vector import VectorSnake, resolve_kernel
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 
@@ -40,6 +40,7 @@ class GymVectorBackend:
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.kernel_info = planned_kernel(kind, "auto", device, env_kwargs.get("flood_fill", "off"), 0)
 
     def reset(self, *, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         obs, infos = self.envs.reset(seed=seed)
@@ -66,8 +67,8 @@ class GymVectorBackend:
         infos = {
             "final_obs": to(final_obs),
             "_final_obs": done_t,
-            "episode": {"score": to(score), "length": to(length), "return": to(returns)},
-            "_episode": done_t,
+            "final_info": {"score": to(score), "steps": to(length), "return": to(returns)},
+            "_final_info": done_t,
         }
         return to(obs), to(rewards.astype(np.float32)), to(terminated), to(truncated), infos
 
@@ -87,11 +88,26 @@ def make_env(
     flood_fill: str = "off",
     initial_length: int = 3,
     hunger: int | None = None,
+    kernel: str = "auto",
 ) -> VectorSnake | GymVectorBackend:
-    """Build the training env for ``backend`` with the same rules and observation everywhere."""
+    """Build the training env for ``backend`` with the same rules and observation everywhere.
+
+    ``kernel`` (``env.kernel``) picks VectorSnake's step kernel; it does not apply to the Gymnasium
+    backends. Either env's ``kernel_info`` says which kernel runs and why (for the run record).
+    """
     kwargs: dict[str, Any] = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
-        return VectorSnake(num_envs=num_envs, device=device, **kwargs)
+        # The trainer reads each step's results before the next one: the env's buffers, no copies.
+        return VectorSnake(num_envs=num_envs, device=device, kernel=kernel, copy=False, **kwargs)
     if backend in ("gym-sync", "gym-async"):
         return GymVectorBackend(backend, num_envs, device, **kwargs)
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def planned_kernel(backend: str, kernel: str, device: torch.device, flood_fill: str, size: int) -> dict[str, str | None]:
+    """The ``kernel_info`` an env built with these settings will have, without building one
+    (for records of runs whose envs live in other processes)."""
+    if backend != "tensor":
+        return {"kernel": None, "reason": f"env.backend={backend} steps single-board SnakeEnvs (env.kernel does not apply)"}
+    name, reason = resolve_kernel(kernel, device, flood_fill, size)
+    return {"kernel": name, "reason": reason}

@@ -32,16 +32,16 @@ def evaluate_heuristic(size: int = 10, num_envs: int = 256, episodes: int = 1000
     """Play ``episodes`` episodes with the heuristic; mean/max score and mean length."""
     from rlperf.env.vector import VectorSnake
 
-    env = VectorSnake(num_envs=num_envs, size=size, device=device)
+    env = VectorSnake(num_envs=num_envs, size=size, device=device, copy=False)
     obs, _ = env.reset(seed=seed)
     scores: list[int] = []
     lengths: list[int] = []
     while len(scores) < episodes:
         obs, _, _, _, infos = env.step(greedy_actions(obs))
-        done = infos["_episode"]
+        done = infos["_final_info"]
         if done.any():
-            scores += infos["episode"]["score"][done].tolist()
-            lengths += infos["episode"]["length"][done].tolist()
+            scores += infos["final_info"]["score"][done].tolist()
+            lengths += infos["final_info"]["steps"][done].tolist()
     scores, lengths = scores[:episodes], lengths[:episodes]
     return {"episodes": len(scores), "mean_score": sum(scores) / len(scores), "max_score": max(scores),
             "mean_length": sum(lengths) / len(lengths)}

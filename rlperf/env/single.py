@@ -46,6 +46,36 @@ NUM_BASE_FEATURES = 11
 NUM_FLOOD_FEATURES = 3
 
 
+#: ``rgb_array`` frames: pixels per cell, and the colour of each cell kind (see ``CELL_KINDS``).
+CELL_PIXELS = 16
+CELL_KINDS = ("empty", "body", "head", "fruit", "wall")
+PALETTE = np.array([[24, 24, 24], [46, 160, 67], [148, 230, 120], [220, 50, 47], [96, 96, 96]], dtype=np.uint8)
+EMPTY, BODY, HEAD, FRUIT, WALL = range(len(CELL_KINDS))
+
+
+def render_frames(kinds: np.ndarray, pixels: int = CELL_PIXELS) -> np.ndarray:
+    """Boards as images: ``kinds`` ``(..., S, S)`` cell kinds -> ``(..., (S+2)*pixels, (S+2)*pixels, 3)`` uint8.
+
+    Each board is framed by a one-cell wall, and every cell is a ``pixels``-wide square of its
+    kind's colour (``PALETTE``). The vector env renders a batch of boards with the same function.
+    """
+    framed = np.pad(kinds, [(0, 0)] * (kinds.ndim - 2) + [(1, 1), (1, 1)], constant_values=WALL)
+    image = PALETTE[framed]
+    return image.repeat(pixels, axis=-3).repeat(pixels, axis=-2)
+
+
+def board_kinds(size: int, body: list[Cell], fruit: Cell | None) -> np.ndarray:
+    """The ``(size, size)`` cell kinds of one board: body, head (``body[0]``), fruit, empty."""
+    kinds = np.full((size, size), EMPTY, dtype=np.uint8)
+    for cell in body[1:]:
+        kinds[cell] = BODY
+    if body:
+        kinds[body[0]] = HEAD
+    if fruit is not None:
+        kinds[fruit] = FRUIT
+    return kinds
+
+
 def render_board(size: int, body: list[Cell], direction: int, fruit: Cell | None) -> str:
     """Draw one board as text.
 
@@ -77,12 +107,15 @@ class SnakeEnv(gymnasium.Env):
             keyword works for the vector env. Ignored for ``obs="grid"``.
         initial_length: snake length after ``reset``, 1 to ``size``.
         hunger: steps without a fruit before truncation; ``None`` means ``size * size``.
-        render_mode: ``None`` or ``"ansi"``.
+        render_mode: ``None``, ``"ansi"`` (the board as text) or ``"rgb_array"`` (an
+            ``(H, W, 3)`` uint8 image, ``CELL_PIXELS`` per cell, for video recorders).
         device: accepted for keyword symmetry with ``VectorSnake``; this env always runs on the
             host, so only ``None``, ``"cpu"`` and ``"auto"`` are allowed.
+        kernel: accepted for keyword symmetry with ``VectorSnake`` (``env.kernel``); one board is
+            always plain Python here, so only ``None``, ``"auto"`` and ``"ops"`` are allowed.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012 (gymnasium's API)
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}  # noqa: RUF012 (gymnasium's API)
 
     def __init__(
         self,
@@ -93,6 +126,7 @@ class SnakeEnv(gymnasium.Env):
         hunger: int | None = None,
         render_mode: str | None = None,
         device: Any = None,
+        kernel: str | None = None,
     ) -> None:
         if not _is_int(size) or size < 4:
             raise ConfigError(f"size must be an integer >= 4, got {size!r}")
@@ -105,11 +139,17 @@ class SnakeEnv(gymnasium.Env):
         if hunger is not None and (not _is_int(hunger) or hunger <= 0):
             raise ConfigError(f"hunger must be a positive integer or None, got {hunger!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            raise ConfigError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if device is not None and str(device).strip().lower() not in HOST_DEVICES:
             raise ConfigError(
                 f"device must be None, 'cpu' or 'auto' for SnakeEnv (it runs on the host), got {device!r}",
                 hint="use VectorSnake for GPU boards",
+            )
+
+        if kernel not in (None, "auto", "ops"):
+            raise ConfigError(
+                f"kernel={kernel!r} does not apply to SnakeEnv (one board in plain Python)",
+                hint="the fused kernel steps VectorSnake: gymnasium.make_vec(..., vectorization_mode='vector_entry_point')",
             )
 
         self.size = int(size)
@@ -207,11 +247,14 @@ class SnakeEnv(gymnasium.Env):
         truncated = not terminated and self._steps_since_fruit >= self.hunger
         return self.observe(), reward, terminated, truncated, self._info()
 
-    def render(self) -> str | None:
-        """The board as text in ``ansi`` mode; ``None`` (with a warning) without a render mode."""
+    def render(self) -> str | np.ndarray | None:
+        """The board as text (``ansi``) or as an image (``rgb_array``); ``None``, with a warning,
+        without a render mode."""
         if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; use SnakeEnv(render_mode='ansi')")
+            gymnasium.logger.warn("render() called without a render_mode; use SnakeEnv(render_mode='ansi' or 'rgb_array')")
             return None
+        if self.render_mode == "rgb_array":
+            return render_frames(board_kinds(self.size, list(self._body), self._fruit))
         return render_board(self.size, list(self._body), self._direction, self._fruit)
 
     # ------------------------------------------------------------------ state access

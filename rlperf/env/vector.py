@@ -21,22 +21,47 @@ fruit respawn and board resets are computed for all boards and selected with ``t
 the CPU, where a host read costs nothing, those two rare operations work on the subset of boards
 that need them instead.
 
-Autoreset: ``AutoresetMode.SAME_STEP``. When a board's episode ends, the observation returned for
-it is already the first observation of its next episode, and ``infos["final_obs"]`` holds the
-observation the episode ended on. This is the mode a replay buffer wants: the transition
-``(obs, action, reward, final_obs, terminated)`` is complete in the step that produced it, and no
-step is wasted on a reset. Unlike Gymnasium's own vector envs, ``infos["final_obs"]`` is a dense
-tensor holding the post-step observation of *every* board (equal to the returned observation
-where the board did not reset), so a trainer can push it without a masked merge;
-``infos["_final_obs"]`` marks the boards whose episode ended.
+Autoreset: ``AutoresetMode.SAME_STEP`` (``metadata["autoreset_mode"]`` and the ``autoreset_mode``
+attribute). When a board's episode ends, the observation returned for it is already the first
+observation of its next episode, and ``infos["final_obs"]`` holds the observation the episode
+ended on. This is the mode a replay buffer wants: the transition ``(obs, action, reward,
+final_obs, terminated)`` is complete in the step that produced it, and no step is wasted on a
+reset. Unlike Gymnasium's own vector envs, ``infos["final_obs"]`` is a dense tensor holding the
+post-step observation of *every* board (equal to the returned observation where the board did not
+reset), so a trainer can push it without a masked merge; ``infos["_final_obs"]`` marks the boards
+whose episode ended. ``infos["final_info"]`` holds, as Gymnasium's SAME_STEP vector envs do, what
+the final step reports for them -- the episode's ``score`` (fruits), ``steps`` and ``return`` --
+with ``infos["_final_info"]`` marking them; the key ``episode`` stays free for Gymnasium's
+``RecordEpisodeStatistics``. Like ``final_obs``, the statistics are dense: read them where the mask
+is set.
 
-Seeding: ``reset(seed=s)`` seeds one generator on the env's device. Trajectories are reproducible
-for the same ``(seed, num_envs, device)``; a board's random stream depends on ``num_envs``,
-because all boards draw from one generator in one call (that keeps a step at one kernel per draw).
+Two kernels step the boards (``kernel=``, the ``env.kernel`` knob), sharing one state layout and
+one set of preallocated tensors: ``ops``, the batched tensor operators below (the readable
+reference, and the form that runs on CUDA), and ``fused``, one compiled per-board step
+(:mod:`rlperf.env.fused`, CPU). Given the same random draws they agree bit for bit on every field
+of the state, the observations, rewards, flags, ``final_obs`` and episode statistics.
+``kernel="auto"`` (the default) takes ``fused`` where it can run and says why not otherwise
+(:attr:`VectorSnake.kernel_reason`).
 
-Returned tensors are the env's own buffers: an observation stays valid until the step after the
-next one (two buffers alternate, so ``obs = next_obs`` hand-offs work); ``final_obs``, rewards,
-flags and the episode statistics are overwritten by the next step. Clone what you keep longer.
+Random draws: three uniforms per board and step (fruit after eating, start of a new episode, fruit
+after that start), see :mod:`rlperf.env.fused`. ``reset(seed=s)`` seeds them; trajectories are
+reproducible for the same ``(seed, num_envs, device, kernel)``. ``ops`` draws them from one
+torch generator on the env's device for all boards at once, so a board's stream depends on
+``num_envs``; ``fused`` computes them from a hash of (seed, board index, step), so board i's stream
+does not depend on ``num_envs``. :meth:`VectorSnake.step_with_draws` injects explicit draws.
+
+Returned tensors: with ``copy=True`` (the default, as Gymnasium's vector envs) every call returns
+fresh tensors that later steps never change. ``copy=False`` returns the env's own buffers, which
+saves the copies (see BENCHMARKS.md) and is what rlperf's trainer uses: an observation then stays
+valid until the step after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs
+work), while ``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
+
+Invalid input -- an action outside {0, 1, 2}, a float or bool action dtype, a wrong shape, ``step``
+before ``reset`` -- raises one clear error, at no cost the env benchmark can see: the fused kernel
+checks the actions in the loop it runs anyway; the ops kernel reads their min and max (one op) on
+the CPU and, where it must not wait on the device (``dense``, i.e. CUDA), records a device flag
+that the next call that reads the device anyway (``reset``, ``get_board``, ``state_dict``,
+``render``) raises from.
 """
 
 from __future__ import annotations
@@ -49,10 +74,16 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rlperf.env import floodfill
 from rlperf.device import resolve_device
+from rlperf.env import floodfill, fused
+from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
+                              FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
+                              HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
+                              OBS_SLOTS, STATE_ROWS, TERMINATED_ROW, TRUNCATED_ROW)
+from rlperf.env import single
 from rlperf.env.single import render_board
 import itertools
+from rlperf.errors import ConfigError, InvalidActionError, ResetNeededError
 
 # Absolute directions: up, right, down, left as (row, col) deltas.
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
@@ -60,6 +91,7 @@ DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
 ACTION_TURNS = (0, 1, 3)
 OBS_MODES = ("features", "grid")
 FLOOD_FILL_MODES = ("off", "bfs", "tensor")
+KERNELS = ("auto", "ops", "fused")
 N_FEATURES = 11
 N_FLOOD_FEATURES = 3
 # Boards up to about 34 x 34 use a lookup table for the heading and fruit features.
@@ -88,6 +120,41 @@ def observation_shape(size: int, obs: str, flood_fill: str) -> tuple[int, ...]:
     return (N_FEATURES + (N_FLOOD_FEATURES if flood_fill != "off" else 0),)
 
 
+def resolve_kernel(kernel: str, device: torch.device, flood_fill: str = "off", size: int = 10) -> tuple[str, str]:
+    """The kernel that runs for ``kernel`` (``auto``, ``ops`` or ``fused``) on ``device``, and why.
+
+    ``auto`` takes ``fused`` wherever it can run and ``ops`` elsewhere; an explicit ``fused`` that
+    cannot run is a :class:`ConfigError`. Compiling (or loading) the fused kernel happens here, once
+    per process, so a numba that imports but cannot build is caught before the first step.
+    """
+    if kernel not in KERNELS:
+        raise ConfigError(f"env.kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    if kernel == "ops":
+        return "ops", "env.kernel=ops (the tensor-operator reference)"
+    if device.type != "cpu":
+        why = f"the fused kernel runs on the CPU only for now, and the device is {device}"
+    elif size > fused.MAX_SIZE:
+        why = f"the fused kernel takes boards up to {fused.MAX_SIZE} wide, and size is {size}"
+    elif flood_fill == "bfs":
+        why = "env.flood_fill=bfs is the per-board Python reference, which only the ops kernel calls"
+    else:
+        threads = torch.get_num_threads()
+        failure: str | None
+        try:
+            seconds, failure = fused.compile_kernel()
+        finally:
+            # numba's first parallel launch sets the OpenMP thread count it shares with torch.
+            torch.set_num_threads(threads)
+        if failure is None:
+            source = "env.kernel=fused" if kernel == "fused" else "auto: numba is available on the CPU"
+            return "fused", f"{source} (numba {fused.numba.__version__}, compiled or loaded in {seconds:.2f} s)"
+        why = failure
+    if kernel == "fused":
+        hint = "pip install numba, or use env.kernel=ops" if "numba" in why else "use env.kernel=ops or auto"
+        raise ConfigError(f"env.kernel=fused cannot run: {why}", hint=hint)
+    return "ops", f"auto: {why}"
+
+
 class VectorSnake(VectorEnv):
     """``num_envs`` Snake boards stepped at once on ``device`` (Gymnasium 1.x ``VectorEnv``).
 
@@ -96,14 +163,21 @@ class VectorSnake(VectorEnv):
         size: board side (>= 4).
         obs: ``"features"`` (11 floats, 14 with flood fill) or ``"grid"`` (3 x size x size planes).
         flood_fill: ``"off"``, ``"bfs"`` (Python BFS per board on the CPU, the slow reference) or
-            ``"tensor"`` (batched on the device).
+            ``"tensor"`` (batched on the device; inside the kernel with ``kernel="fused"``).
         initial_length: snake length at the start of an episode.
         hunger: steps without a fruit before truncation (default ``size * size``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        render_mode: ``None`` or ``"ansi"``.
+        render_mode: ``None``, ``"ansi"`` (board 0 as text) or ``"rgb_array"`` (every board as an
+            ``(H, W, 3)`` uint8 image, a tuple of ``num_envs``, as Gymnasium's vector envs render).
+        copy: return fresh tensors (default), or the env's own buffers (``False``: faster, for a
+            trainer that reads each step's results before the next step; see the module docstring).
+        kernel: ``"auto"`` (default: ``fused`` where it can run), ``"ops"`` or ``"fused"``; see the
+            module docstring. :attr:`kernel` and :attr:`kernel_reason` say which runs and why.
     """
 
-    metadata = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.SAME_STEP}  # noqa: RUF012 (gymnasium's API)
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.SAME_STEP}  # noqa: RUF012 (gymnasium's API)
+    # Also as an attribute: TorchRL's GymWrapper reads it there.
+    autoreset_mode = AutoresetMode.SAME_STEP
 
     def __init__(
         self,
@@ -116,13 +190,16 @@ class VectorSnake(VectorEnv):
         device: str | torch.device = "auto",
         render_mode: str | None = None,
         max_episode_steps: int | None = None,
+        kernel: str = "auto",
+        copy: bool = True,
     ) -> None:
         _check_arguments(num_envs, size, obs, flood_fill, initial_length, hunger)
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ConfigError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if max_episode_steps is not None:
             raise ValueError("max_episode_steps is not supported by VectorSnake; use hunger=")
         self.device = resolve_device(device)
+        self.kernel, self.kernel_reason = resolve_kernel(kernel, self.device, flood_fill, size)
         self.num_envs = num_envs
         self.size = size
         self.obs_mode = obs
@@ -130,6 +207,7 @@ class VectorSnake(VectorEnv):
         self.initial_length = initial_length
         self.hunger = hunger if hunger is not None else size * size
         self.render_mode = render_mode
+        self.copy = bool(copy)
         self.cells = size * size
         # Host reads are free on the CPU, so rare per-board work (resets, fruit) runs on the subset
         # of boards that need it there; on CUDA it runs densely to keep step() sync-free.
@@ -143,6 +221,10 @@ class VectorSnake(VectorEnv):
 
         self._allocate(shape)
         self._seeded = False
+        self._needs_reset = True
+        self._bad_actions = torch.zeros((), dtype=torch.bool, device=self.device)  # the dense path's deferred check
+        if self.kernel == "fused":
+            self._bind_fused()
 
     # ------------------------------------------------------------------ setup
     def _allocate(self, obs_shape: tuple[int, ...]) -> None:
@@ -166,26 +248,56 @@ class VectorSnake(VectorEnv):
         self._heading_fruit = self._heading_fruit_table() if 4 * c * c * 8 * 4 <= HEADING_FRUIT_TABLE_BYTES else None
         self._body_steps = torch.arange(self.initial_length, **i64)
 
+        # The state both kernels share (layout in rlperf.env.fused): every per-board counter is a
+        # row of one tensor, so the fused kernel gets it as one array and the ops kernel as views.
+        # Both update it in place: the fused kernel's numpy views must stay valid.
         self._gen = torch.Generator(device=dev)
         self._occ = torch.zeros((n, c + 1), dtype=torch.bool, device=dev)  # last column: the wall
         self._ring = torch.zeros((n, c), **i64)  # body cells, head at _head_ptr
-        self._head_ptr = torch.zeros(n, **i64)
-        self._length = torch.zeros(n, **i64)
-        self._head = torch.zeros(n, **i64)
-        self._dir = torch.zeros(n, **i64)
-        self._fruit = torch.zeros(n, **i64)
-        self._hungry_for = torch.zeros(n, **i64)  # steps since the last fruit
-        self._ep_len = torch.zeros(n, **i64)
-        self._ep_score = torch.zeros(n, **i64)
-        self._ep_return = torch.zeros(n, dtype=torch.float32, device=dev)
-
-        self._obs = [torch.zeros((n, *obs_shape), dtype=torch.float32, device=dev) for _ in range(2)]
+        self._state = torch.zeros((STATE_ROWS, n), **i64)
+        self._head_ptr = self._state[PTR_ROW]
+        self._length = self._state[LENGTH_ROW]
+        self._head = self._state[HEAD_ROW]
+        self._dir = self._state[DIR_ROW]
+        self._fruit = self._state[FRUIT_ROW]
+        self._hungry_for = self._state[HUNGRY_ROW]  # steps since the last fruit
+        self._ep_len = self._state[EP_LEN_ROW]
+        self._ep_score = self._state[EP_SCORE_ROW]
+        self._final_len = self._state[FINAL_LEN_ROW]
+        self._final_score = self._state[FINAL_SCORE_ROW]
+        self._floats = torch.zeros((FLOAT_ROWS, n), dtype=torch.float32, device=dev)
+        self._ep_return = self._floats[EP_RETURN_ROW]
+        self._final_return = self._floats[FINAL_RETURN_ROW]
+        self._rewards = self._floats[REWARD_ROW]
+        self._flags = torch.zeros((FLAG_ROWS, n), dtype=torch.bool, device=dev)
+        self._terminated = self._flags[TERMINATED_ROW]
+        self._truncated = self._flags[TRUNCATED_ROW]
+        self._done = self._flags[DONE_ROW]
+        # Two alternating observation buffers and final_obs.
+        self._obs_all = torch.zeros((3, n, *obs_shape), dtype=torch.float32, device=dev)
+        self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]
+        self._final_obs = self._obs_all[FINAL_OBS]
         self._obs_index = 0
-        self._final_obs = torch.zeros((n, *obs_shape), dtype=torch.float32, device=dev)
-        self._final_score = torch.zeros(n, **i64)
-        self._final_len = torch.zeros(n, **i64)
-        self._final_return = torch.zeros(n, dtype=torch.float32, device=dev)
+        self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
+        self._actions_shape = (n,)
+        # copy=True copies these four through numpy views of them, made once.
+        self._host_views = ({id(t): t.numpy() for t in (self._obs_all, self._floats, self._flags, self._state)}
+                            if dev.type == "cpu" else None)
+        self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
+        self._counter = 0
+
+    def _bind_fused(self) -> None:
+        """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory)."""
+        n = self.num_envs
+        self._fused_arrays = (
+            self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(), self._flags.numpy(),
+            self._obs_all.numpy().reshape(3, n, -1), fused.cell_table(self.size), fused.scratch(n, self.size),
+            self.size, self.initial_length, self.hunger, self.obs_mode == "grid", self.flood_fill != "off",
+        )
+        self._no_draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
+        # The kernel's threads follow torch's (run.threads sets both before the env is built).
+        fused.numba.set_num_threads(max(1, min(torch.get_num_threads(), fused.numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
 
     def _heading_fruit_table(self) -> torch.Tensor:
         """Features 3..10 for every (heading, head cell, fruit cell): one gather per observation."""
@@ -201,25 +313,167 @@ class VectorSnake(VectorEnv):
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[torch.Tensor, dict]:
-        """Start a new episode on every board; ``seed`` seeds the env's generator."""
+        """Start a new episode on every board; ``seed`` seeds the env's random draws."""
+        self._raise_deferred()
         if seed is not None:
             if not isinstance(seed, (int, np.integer)):
                 raise ValueError(f"seed must be an int (one generator drives all boards), got {type(seed).__name__}")
-            self._gen.manual_seed(int(seed))
-            self._seeded = True
+            self._seed(int(seed))
         elif not self._seeded:
-            self._gen.manual_seed(int(np.random.SeedSequence().entropy) % (2**63))  # type: ignore[arg-type]
-            self._seeded = True
-        self._reset_boards(self._all, dense=True)
-        self._respawn_fruit(self._all, dense=True)
-        out = self._next_obs_buffer()
-        self._observe(out)
-        return out, {}
+            self._seed(int(np.random.SeedSequence().entropy) % (2**63))  # type: ignore[arg-type]
+        return self._reset(None)
+
+    def reset_with_draws(self, draws: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, dict]:
+        """``reset()`` with explicit draws ``(3, num_envs)`` in [0, 1) instead of the env's own (tests)."""
+        return self._reset(self._checked_draws(draws))
 
     def step(self, actions: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Advance every board by one move; finished boards restart in the same step."""
-        actions = torch.as_tensor(actions, device=self.device).long()
+        return self._step(actions, None)
+
+    def step_with_draws(self, actions: torch.Tensor | np.ndarray, draws: torch.Tensor | np.ndarray
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """``step()`` with explicit draws ``(3, num_envs)`` in [0, 1): row 0 the fruit after eating,
+        row 1 a new episode's start, row 2 its fruit. Both kernels consume them the same way, so
+        the same draws give the same next state bit for bit (the exactness tests)."""
+        return self._step(actions, self._checked_draws(draws))
+
+    def _seed(self, seed: int) -> None:
+        self._gen.manual_seed(seed)
+        self._key = fused.seed_key(seed)
+        self._counter = 0
+        self._seeded = True
+
+    def _checked_draws(self, draws: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+        if tuple(draws.shape) != (DRAW_ROWS, self.num_envs):
+            raise ValueError(f"draws must have shape ({DRAW_ROWS}, {self.num_envs}), got {tuple(draws.shape)}")
+        if self.kernel == "fused":
+            array = draws.cpu().numpy() if isinstance(draws, torch.Tensor) else draws
+            return np.ascontiguousarray(array, dtype=np.float64)
+        return torch.as_tensor(draws, dtype=torch.float64, device=self.device)
+
+    def _reset(self, draws: Any) -> tuple[torch.Tensor, dict]:
+        out_index = self._obs_index ^ 1
+        if self.kernel == "fused":
+            injected = draws is not None
+            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index])
+        else:
+            u = self._draws if draws is None else draws
+            if draws is None:
+                torch.rand(u.shape, generator=self._gen, dtype=torch.float64, device=self.device, out=u)
+            self._reset_boards(self._all, True, u[START_DRAW])
+            self._respawn_fruit(self._all, True, u[RESET_FRUIT_DRAW])
+            self._observe(self._obs[out_index])
+        self._obs_index = out_index
+        self._counter += 1
+        self._needs_reset = False
+        obs = self._obs[out_index]
+        return (obs.clone() if self.copy else obs), {}
+
+    def _step(
+        self, actions: torch.Tensor | np.ndarray, draws: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        if self._needs_reset:
+            raise ResetNeededError("VectorSnake.step() was called before reset()", hint="call env.reset(seed=...) first")
+        out_index = self._obs_index ^ 1
+        if self.kernel == "fused":
+            injected = draws is not None
+            self._fused_step(self._actions_array(actions), draws if injected else self._no_draws, injected, False,
+                             OBS_SLOTS[out_index])
+        else:
+            self._step_ops(self._checked_actions(actions), draws, self._obs[out_index])
+        self._obs_index = out_index
+        self._counter += 1
+        return self._results(out_index)
+
+    def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of fresh copies of
+        them -- four copies in all, whatever the number of tensors returned."""
+        if self.copy:
+            fresh = self._fresh
+            pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
+            obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
+            floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
+            steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
+        else:
+            obs, final_obs = self._obs[out_index], self._final_obs
+            floats, flags, steps, score = self._floats, self._flags, self._final_len, self._final_score
+        done = flags[DONE_ROW]
+        infos = {
+            "final_obs": final_obs,
+            "_final_obs": done,
+            "final_info": {"score": score, "steps": steps, "return": floats[FINAL_RETURN_ROW]},
+            "_final_info": done,
+        }
+        return obs, floats[REWARD_ROW], flags[TERMINATED_ROW], flags[TRUNCATED_ROW], infos
+
+    def _fresh(self, tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """A copy of ``tensor[start:stop]`` (through numpy views on the CPU: a third of a clone's fixed cost)."""
+        views = self._host_views
+        if views is not None:
+            return torch.from_numpy(views[id(tensor)][start:stop].copy())
+        return tensor[start:stop].clone()
+
+    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
+        bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
+                                *self._fused_arrays)
+        if bad:
+            raise self._invalid_action(actions[bad - 1], bad - 1)
+
+    def _no_actions(self) -> np.ndarray:
+        return np.zeros(self.num_envs, dtype=np.int64)
+
+    def _actions_array(self, actions: Any) -> np.ndarray:
+        """The actions as a C-contiguous int64 numpy array of ``num_envs`` (no copy when they are one)."""
+        # The common cases first, with the cheapest checks: this runs every step.
+        if type(actions) is torch.Tensor and actions.dtype is torch.int64 and not actions.is_cuda:
+            array = actions.numpy()
+        elif type(actions) is np.ndarray and actions.dtype == np.int64:
+            array = actions
+        else:
+            array = self._actions_tensor(actions).cpu().numpy()
+        if array.shape != self._actions_shape:
+            raise InvalidActionError(f"actions must have shape {self._actions_shape}, got {array.shape}")
+        return np.ascontiguousarray(array)
+
+    def _actions_tensor(self, actions: Any) -> torch.Tensor:
+        """The actions as an int64 tensor on the env's device; a dtype that is not an integer is refused."""
+        actions = torch.as_tensor(actions, device=self.device)
+        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+            raise InvalidActionError(f"actions must be integers 0, 1 or 2, got dtype {actions.dtype}")
+        if actions.shape != self._actions_shape:
+            raise InvalidActionError(f"actions must have shape {self._actions_shape}, got {tuple(actions.shape)}")
+        return actions.long()
+
+    def _checked_actions(self, actions: Any) -> torch.Tensor:
+        """The ops kernel's actions, their values checked: on the CPU by their min and max (one op and
+        a free host read); on the dense path (CUDA) by a device flag, raised at the next sync."""
+        actions = self._actions_tensor(actions)
+        if self.dense:
+            torch.logical_or(self._bad_actions, ((actions < 0) | (actions > 2)).any(), out=self._bad_actions)
+            return actions.clamp(0, 2)  # a bad value must not index out of bounds before it is raised
+        low, high = torch.aminmax(actions)
+        if low < 0 or high > 2:
+            board = int(((actions < 0) | (actions > 2)).nonzero()[0])
+            raise self._invalid_action(actions[board], board)
+        return actions
+
+    def _raise_deferred(self) -> None:
+        """Raise an invalid action the dense path recorded on the device (this reads the device)."""
+        if self.dense and bool(self._bad_actions):
+            self._bad_actions.zero_()
+            raise InvalidActionError("an action outside 0 (straight), 1 (right) and 2 (left) was passed to step() "
+                                     "(detected on the device without a sync; the step ran with it clamped)")
+
+    def _invalid_action(self, value: Any, board: int) -> InvalidActionError:
+        return InvalidActionError(f"action {int(value)} for board {board} is not 0 (straight), 1 (right) or 2 (left)")
+
+    def _step_ops(self, actions: torch.Tensor, draws: torch.Tensor | None, out: torch.Tensor) -> None:
+        """The ops kernel: one tensor operator per rule, over all boards."""
         c = self.cells
+        if draws is None:
+            draws = torch.rand(self._draws.shape, generator=self._gen, dtype=torch.float64, device=self.device,
+                               out=self._draws)
 
         # Turn and look ahead.
         direction = (self._dir + self._turns[actions]) % 4
@@ -234,59 +488,61 @@ class VectorSnake(VectorEnv):
         # where it was (its final observation shows the position it died in).
         keep_tail = ~(alive & ~eat)
         self._occ.scatter_(1, tail.unsqueeze(1), keep_tail.unsqueeze(1))
-        new_head = torch.where(alive, target, self._head)
-        self._dir = torch.where(alive, direction, self._dir)
-        self._occ.scatter_(1, new_head.unsqueeze(1), True)
-        self._head_ptr = torch.where(alive, (self._head_ptr + 1) % c, self._head_ptr)
-        self._ring.scatter_(1, self._head_ptr.unsqueeze(1), new_head.unsqueeze(1))
-        self._head = new_head
-        self._length = self._length + eat
-        self._hungry_for = torch.where(eat, 0, self._hungry_for + 1)
+        torch.where(alive, target, self._head, out=self._head)
+        torch.where(alive, direction, self._dir, out=self._dir)
+        self._occ.scatter_(1, self._head.unsqueeze(1), True)
+        torch.where(alive, (self._head_ptr + 1) % c, self._head_ptr, out=self._head_ptr)
+        self._ring.scatter_(1, self._head_ptr.unsqueeze(1), self._head.unsqueeze(1))
+        self._length += eat
+        self._hungry_for.add_(1).masked_fill_(eat, 0)
 
-        rewards = eat.float() - dead.float()
+        torch.sub(eat.float(), dead.float(), out=self._rewards)
         win = eat & (self._length == c)
-        terminated = dead | win
-        truncated = ~terminated & (self._hungry_for >= self.hunger)
-        done = terminated | truncated
+        torch.bitwise_or(dead, win, out=self._terminated)
+        torch.bitwise_and(~self._terminated, self._hungry_for >= self.hunger, out=self._truncated)
+        done = torch.bitwise_or(self._terminated, self._truncated, out=self._done)
         self._ep_len += 1
         self._ep_score += eat
-        self._ep_return += rewards
+        self._ep_return += self._rewards
 
         # Final observation of every board (the next observation where the episode goes on).
-        self._respawn_fruit(eat & ~win, dense=self.dense)
+        self._respawn_fruit(eat & ~win, self.dense, draws[FRUIT_DRAW])
         self._observe(self._final_obs)
         self._final_score.copy_(self._ep_score)
         self._final_len.copy_(self._ep_len)
         self._final_return.copy_(self._ep_return)
 
         # Same-step autoreset.
-        out = self._next_obs_buffer()
         out.copy_(self._final_obs)
         if self.dense:
-            self._reset_boards(done, dense=True)
-            self._respawn_fruit(done, dense=True)
+            self._reset_boards(done, True, draws[START_DRAW])
+            self._respawn_fruit(done, True, draws[RESET_FRUIT_DRAW])
             self._observe(out)
         else:
             index = done.nonzero().squeeze(1)
             if index.numel():
                 mask = torch.zeros_like(done).index_fill_(0, index, True)
-                self._reset_boards(mask, dense=False)
-                self._respawn_fruit(mask, dense=False)
+                self._reset_boards(mask, False, draws[START_DRAW])
+                self._respawn_fruit(mask, False, draws[RESET_FRUIT_DRAW])
                 self._observe(out, index)
 
-        infos = {
-            "final_obs": self._final_obs,
-            "_final_obs": done,
-            "episode": {"score": self._final_score, "length": self._final_len, "return": self._final_return},
-            "_episode": done,
-        }
-        return out, rewards, terminated, truncated, infos
+    def render(self) -> str | tuple[np.ndarray, ...] | None:  # type: ignore[override]
+        """Board 0 as text (``ansi``), or every board as an ``(H, W, 3)`` uint8 image (``rgb_array``,
+        a tuple of ``num_envs`` frames: what Gymnasium's vector ``RecordVideo`` takes)."""
+        self._raise_deferred()
+        if self.render_mode == "ansi":
+            return self.render_text(0)
+        if self.render_mode == "rgb_array":
+            return tuple(self.render_frames())
+        return None
 
-    def render(self) -> str | None:  # type: ignore[override]
-        """Board 0 as text (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi":
-            return None
-        return self.render_text(0)
+    def render_frames(self) -> np.ndarray:
+        """Every board as an image, ``(num_envs, H, W, 3)`` uint8 (``single.render_frames`` of each board)."""
+        c, s = self.cells, self.size
+        kinds = self._occ[:, :c].to(torch.uint8) * single.BODY
+        kinds.scatter_(1, self._fruit.unsqueeze(1), single.FRUIT)
+        kinds.scatter_(1, self._head.unsqueeze(1), single.HEAD)  # after the fruit: a full board parks it there
+        return single.render_frames(kinds.view(-1, s, s).cpu().numpy())
 
     def render_text(self, index: int = 0) -> str:
         """Board ``index`` as text: ``#`` walls, ``o`` body, ``^>v<`` head, ``*`` fruit."""
@@ -296,6 +552,7 @@ class VectorSnake(VectorEnv):
     # ------------------------------------------------------------------ state access (tests, rendering)
     def get_board(self, index: int) -> dict[str, Any]:
         """One board's state as plain Python values: body (head first), direction, fruit, counters."""
+        self._raise_deferred()
         length = int(self._length[index])
         ptr = int(self._head_ptr[index])
         ring = self._ring[index].tolist()
@@ -353,19 +610,28 @@ class VectorSnake(VectorEnv):
         self._ep_return[index] = float(score)
         current = self._obs[self._obs_index]
         self._observe(current)
+        self._needs_reset = False
 
     @property
     def observations(self) -> torch.Tensor:
         """The most recent observation batch (what the last reset/step returned)."""
         return self._obs[self._obs_index]
 
+    @property
+    def kernel_info(self) -> dict[str, str]:
+        """Which kernel runs and why, for run records and output."""
+        return {"kernel": self.kernel, "reason": self.kernel_reason}
+
+    _STATE_NAMES = ("_occ", "_ring", "_head_ptr", "_length", "_head", "_dir", "_fruit", "_hungry_for",
+                    "_ep_len", "_ep_score", "_ep_return")
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this env is (for checkpoints)."""
-        names = ("_occ", "_ring", "_head_ptr", "_length", "_head", "_dir", "_fruit", "_hungry_for",
-                 "_ep_len", "_ep_score", "_ep_return")
-        state = {name: getattr(self, name).cpu().clone() for name in names}
+        self._raise_deferred()
+        state = {name: getattr(self, name).cpu().clone() for name in self._STATE_NAMES}
         state["obs"] = self.observations.cpu().clone()
         state["generator"] = self._gen.get_state()
+        state["stream"] = (int(self._key), self._counter)  # the fused kernel's draws
         state["shape"] = (self.num_envs, self.size, self.obs_mode, self.flood_fill, self.initial_length, self.hunger)
         return state
 
@@ -379,19 +645,25 @@ class VectorSnake(VectorEnv):
         self._obs_index = 0
         self._obs[0].copy_(state["obs"].to(self.device))
         self._gen.set_state(state["generator"])
+        key, self._counter = state.get("stream", (0, 0))
+        self._key = np.uint64(key)
         self._seeded = True
+        self._needs_reset = False
 
-    # ------------------------------------------------------------------ internals
-    def _next_obs_buffer(self) -> torch.Tensor:
-        self._obs_index ^= 1
-        return self._obs[self._obs_index]
+    # ------------------------------------------------------------------ internals (the ops kernel)
+    def _spawn(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Start positions picked by the draws ``u``: heading, head cell and body cells (head first).
 
-    def _spawn(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Random start positions for ``n`` boards: heading, head cell and body cells (head first)."""
-        s, length, dev, g = self.size, self.initial_length, self.device, self._gen
-        direction = torch.randint(0, 4, (n,), generator=g, device=dev)
-        along = torch.randint(0, s - length + 1, (n,), generator=g, device=dev)  # room for the body behind
-        across = torch.randint(0, s, (n,), generator=g, device=dev)
+        The ``4 * (size - length + 1) * size`` starts are ordered by heading, then by ``along`` (the
+        head's distance along its heading from the far wall: room for the body behind it), then by
+        ``across``, exactly as ``fused.start_episode`` orders them.
+        """
+        s, length = self.size, self.initial_length
+        per_heading = (s - length + 1) * s
+        j = _pick(u, 4 * per_heading)
+        direction = j // per_heading
+        along = (j % per_heading) // s
+        across = j % s
         # Heading up: the body hangs below the head, so the head row is in [0, s - length].
         row = torch.where(direction == 0, along, torch.where(direction == 2, s - 1 - along, across))
         col = torch.where(direction == 3, along, torch.where(direction == 1, s - 1 - along, across))
@@ -401,26 +673,25 @@ class VectorSnake(VectorEnv):
         body = rows * s + cols  # (n, length), head first
         return direction, body[:, 0], body
 
-    def _reset_boards(self, mask: torch.Tensor, dense: bool) -> None:
-        """Start new episodes on the boards in ``mask``."""
+    def _reset_boards(self, mask: torch.Tensor, dense: bool, u: torch.Tensor) -> None:
+        """Start new episodes on the boards in ``mask``, at the starts their draws ``u`` pick."""
         length, c = self.initial_length, self.cells
         if dense:
-            direction, head, body = self._spawn(self.num_envs)
+            direction, head, body = self._spawn(u)
             m = mask.unsqueeze(1)
             self._occ &= ~m
             self._occ[:, c] = True
             self._occ.scatter_(1, body, m | self._occ.gather(1, body))
             self._ring[:, :length] = torch.where(m, body.flip(1), self._ring[:, :length])
-            self._dir = torch.where(mask, direction, self._dir)
-            self._head = torch.where(mask, head, self._head)
-            zero = torch.zeros_like(self._length)
-            self._head_ptr = torch.where(mask, zero + (length - 1), self._head_ptr)
-            self._length = torch.where(mask, zero + length, self._length)
+            torch.where(mask, direction, self._dir, out=self._dir)
+            torch.where(mask, head, self._head, out=self._head)
+            self._head_ptr.masked_fill_(mask, length - 1)
+            self._length.masked_fill_(mask, length)
             for counter in (self._hungry_for, self._ep_len, self._ep_score, self._ep_return):
                 counter.masked_fill_(mask, 0)
             return
         index = mask.nonzero().squeeze(1)
-        direction, head, body = self._spawn(index.numel())
+        direction, head, body = self._spawn(u[index])
         occ = torch.zeros((index.numel(), c + 1), dtype=torch.bool, device=self.device)
         occ[:, c] = True
         occ.scatter_(1, body, True)
@@ -433,20 +704,22 @@ class VectorSnake(VectorEnv):
         for counter in (self._hungry_for, self._ep_len, self._ep_score, self._ep_return):
             counter[index] = 0
 
-    def _respawn_fruit(self, mask: torch.Tensor, dense: bool) -> None:
-        """Put a fruit on a uniformly random free cell of each board in ``mask``."""
-        c = self.cells
+    def _respawn_fruit(self, mask: torch.Tensor, dense: bool, u: torch.Tensor) -> None:
+        """Put a fruit on each board in ``mask``: the free cell its draw ``u`` picks, in row-major order."""
         if dense:
-            scores = torch.rand((self.num_envs, c), generator=self._gen, device=self.device)
-            scores.masked_fill_(self._occ[:, :c], -1.0)
-            self._fruit = torch.where(mask, scores.argmax(1), self._fruit)
+            torch.where(mask, self._kth_free(self._occ, self._length, u), self._fruit, out=self._fruit)
             return
         index = mask.nonzero().squeeze(1)
         if index.numel() == 0:
             return
-        scores = torch.rand((index.numel(), c), generator=self._gen, device=self.device)
-        scores.masked_fill_(self._occ[index, :c], -1.0)
-        self._fruit[index] = scores.argmax(1)
+        self._fruit[index] = self._kth_free(self._occ[index], self._length[index], u[index])
+
+    def _kth_free(self, occ: torch.Tensor, length: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The free cell each draw picks: the k-th (from 0) cell not held by the body, k = pick(u, free)."""
+        c = self.cells
+        k = _pick(u, c - length)
+        rank = (~occ[:, :c]).cumsum(1)  # free cells up to and including each cell
+        return (rank <= k.unsqueeze(1)).sum(1)  # cells before the k-th free one: its index
 
     def _observe(self, out: torch.Tensor, index: torch.Tensor | None = None) -> None:
         """Write observations into ``out`` for all boards, or only the boards in ``index``."""
@@ -511,3 +784,9 @@ class VectorSnake(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         pass
+
+
+def _pick(u: torch.Tensor, m: torch.Tensor | int) -> torch.Tensor:
+    """``floor(u * m)``, at most ``m - 1``: which of ``m`` candidates a draw picks (as ``fused.pick``)."""
+    k = (u * m).long()
+    return torch.minimum(k, torch.as_tensor(m, device=u.device) - 1)

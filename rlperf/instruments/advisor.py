@@ -352,6 +352,38 @@ def gym_backend(
     )
 
 
+def ops_kernel(
+    record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
+) -> Finding | None:
+    """docs/bottlenecks.md §6: the env step as one tensor operator per rule (env.kernel=ops) on the CPU."""
+    e = cfg.env
+    ran = (record.get("env") or {}).get("kernel", e.kernel if e.backend == "tensor" else None)
+    # The fused kernel runs on the CPU and computes its own flood fill (flood_fill=bfs has its own rule).
+    if ran != "ops" or e.backend != "tensor" or e.flood_fill == "bfs" or _cuda(record):
+        return None
+    step = _phase(record, "step")
+    if step["total_s"] <= 0 or step["share"] < 0.05:
+        return None
+    n = e.num_envs
+    evidence = (f"step is {percent_short(step['share'])} of phase time ({step['mean_ms']:.3g} ms per vector step, "
+                f"{1e3 * step['mean_ms'] / n:.2f} µs per board) with env.kernel=ops")
+    steps = int((record.get("totals") or {}).get("vector_steps") or 0)
+    if calls is not None and steps:
+        ops = calls.builtin_calls_from("rlperf/env/vector.py", "rlperf/env/floodfill.py") / steps
+        if ops:
+            evidence += (f"; cProfile: {ops:,.0f} torch calls per vector step from the env, "
+                         f"{1e3 * step['mean_ms'] / ops:.1f} µs "
+                         f"each: a fixed cost per call, whatever the number of boards")
+    # Side by side on a 2-core CPU (BENCHMARKS.md): fused is >30x ops up to a few thousand boards, where
+    # ops is dispatch; still ~3x at 65,536, where ops is memory traffic.
+    dispatch = n <= 4096
+    evidence += f"; estimate: the fused kernel removes ~{'95' if dispatch else '70'}% of the step"
+    title = "Env step is operator dispatch" if dispatch else "Env step is one tensor operator per rule"
+    return Finding(f"{title} (env.kernel=ops)", evidence, "env.kernel=fused", "",
+                   "docs/bottlenecks.md §6: one compiled per-board step instead of ~150 tensor operators per vector "
+                   "step (CPU, numba)", (0.95 if dispatch else 0.7) * step["total_s"], "docs/bottlenecks.md §6")
+
+
 def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
     """Garbage-collector pauses in the loop (docs/bottlenecks.md §13)."""
     if cfg.train.gc != "on" or not gc:
@@ -527,6 +559,7 @@ RULES: tuple[Rule, ...] = (
     log_every_step,
     autograd_select,
     gym_backend,
+    ops_kernel,
     gc_pauses,
     amp_off,
     compile_off,

@@ -131,6 +131,17 @@ class CallStats:
     def cumtime(self, name: str, file: str | None = None, builtin: bool = False) -> float:
         return self.get(name, file, builtin)[2]
 
+    def builtin_calls_from(self, *files: str) -> int:
+        """Calls of builtins (torch operators among them) made directly by functions in ``files``."""
+        total = 0
+        for (f, _line, _func), (_cc, _nc, _tt, _ct, callers) in self._raw.items():
+            if f != "~":
+                continue
+            for (caller_file, _l, _fn), stats in callers.items():
+                if caller_file.replace(os.sep, "/").endswith(files):
+                    total += int(stats[1] if isinstance(stats, tuple) else stats)
+        return total
+
     def rows(self) -> list[FunctionRow]:
         return [
             FunctionRow(_label(key), int(nc), int(cc), float(tt), float(ct), is_own(key[0]))

@@ -107,6 +107,11 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
         ("peak RSS", units.megabytes(memory.get("peak_rss_mb"))),
         ("peak CUDA memory", units.megabytes(memory.get("peak_cuda_mb"))),
     ]
+    env = record.get("env") or {}
+    if env.get("kernel"):
+        # A fallback says why; a kernel that ran as asked needs no explanation.
+        fallback = str(env.get("reason") or "").startswith("auto:") and env["kernel"] == "ops"
+        rows.append(("env kernel", f"{env['kernel']} ({env['reason'].removeprefix('auto: ')})" if fallback else env["kernel"]))
     for label, value in rows:
         table.add_row(label, value)
     return table

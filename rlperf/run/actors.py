@@ -109,7 +109,7 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
     torch.manual_seed(seed)
     cpu = torch.device("cpu")
     env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu)
+                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=e.kernel, copy=False)
     obs, _ = env.reset(seed=seed)
     # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
     agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu)
@@ -144,12 +144,12 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
         if plan.wake is not None:
             wake(plan.wake)
         obs = next_obs
-        finished = infos["_episode"].nonzero().squeeze(1)
+        finished = infos["_final_info"].nonzero().squeeze(1)
         if finished.numel():
             count = int(slot[SLOT["episodes"]])
             rows = (count + np.arange(finished.numel())) % EPISODE_RING
-            ep = infos["episode"]
-            episodes[rows] = torch.stack([ep["score"][finished].double(), ep["length"][finished].double(),
+            ep = infos["final_info"]
+            episodes[rows] = torch.stack([ep["score"][finished].double(), ep["steps"][finished].double(),
                                           ep["return"][finished].double()], 1).numpy()
             slot[SLOT["episodes"]] = count + finished.numel()  # after the rows: the learner reads up to here
         clock.lap("push")

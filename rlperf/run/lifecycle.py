@@ -144,7 +144,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     seed_everything(cfg.run.seed)
     with refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
         env = make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                       initial_length=e.initial_length, hunger=e.hunger or None)
+                       initial_length=e.initial_length, hunger=e.hunger or None, kernel=e.kernel)
     held.callback(env.close)
     buffer = ReplayBuffer(cfg.buffer.capacity, obs_shape, device, storage=cfg.buffer.storage, push=cfg.buffer.push,
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run

@@ -123,6 +123,7 @@ def build_record(
         "resumed": history.resumed,
         "config": config_to_dict(cfg),
         "system": system_info(device),
+        "env": _env_kernel(cfg, device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "measured_steps": timing["measured_steps"], "measured_wall_s": window.wall_s},
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
@@ -151,6 +152,15 @@ def build_record(
     if error:
         record["error"] = error
     return record
+
+
+def _env_kernel(cfg: Config, device: torch.device) -> dict[str, str | None]:
+    """Which ``env.kernel`` stepped the boards, and why (async actors step theirs on the CPU)."""
+    from rlperf.env.backends import planned_kernel
+
+    e = cfg.env
+    where = torch.device("cpu") if cfg.run.mode == "async" else device
+    return planned_kernel(e.backend, e.kernel, where, e.flood_fill, e.size)
 
 
 # -- the system ---------------------------------------------------------------------------------
