@@ -96,10 +96,20 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
             )
 
 
+def eps_decay_steps(cfg: Config) -> int:
+    """Env transitions over which ε decays: ``agent.eps_decay_fraction`` of ``train.steps`` when the
+    run stops on env steps and the fraction is set (Stable-Baselines3's ``exploration_fraction``),
+    else ``agent.eps_decay_steps`` (a run that stops on episodes has no known length)."""
+    a, t = cfg.agent, cfg.train
+    if a.eps_decay_fraction > 0 and t.steps > 0:
+        return max(1, round(a.eps_decay_fraction * t.steps))
+    return a.eps_decay_steps
+
+
 def epsilon_at(cfg: Config, env_steps: int) -> float:
-    """Linear ε decay over env transitions, from ``eps_start`` to ``eps_end``."""
+    """Linear ε decay over env transitions (:func:`eps_decay_steps`), from ``eps_start`` to ``eps_end``."""
     a = cfg.agent
-    fraction = min(1.0, env_steps / a.eps_decay_steps)
+    fraction = min(1.0, env_steps / eps_decay_steps(cfg))
     return a.eps_start + fraction * (a.eps_end - a.eps_start)
 
 
