@@ -280,7 +280,8 @@ class Progress:
     episodes: int = 0
     owed_updates: float = 0.0
     best_score: int = 0
-    episode_steps: int = 0
+    episode_steps: int = 0  # env steps of the episodes whose length was read (the sum of their lengths)
+    lengths_read: int = 0  # how many episodes that is (async mode may drop some: not always ``episodes``)
     scores: deque = field(default_factory=lambda: deque(maxlen=100))
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     last_loss: float = float("nan")
@@ -294,6 +295,7 @@ class Progress:
     def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray) -> None:
         self.episodes += len(scores)
         self.episode_steps += int(lengths.sum())
+        self.lengths_read += len(lengths)
         self.scores.extend(scores.tolist())
         self.returns.extend(returns.tolist())
         if len(scores):

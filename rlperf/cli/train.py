@@ -73,11 +73,14 @@ def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
         return
     from rich.console import Console
 
-    from rlperf.report.tables import phase_table, summary_table
+    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
 
     console = Console()
     console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
     console.print(summary_table(record))
+    growth = episode_growth_line(record)
+    if growth:
+        console.print(growth, highlight=False, markup=False)
     status = record["status"]
     line = f"run {record['name']}: {status} -> {record.get('run_dir', '')}"
     if status in ("failed", "diverged"):

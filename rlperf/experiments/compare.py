@@ -61,14 +61,24 @@ class Metric:
     kind: str  # rate | seconds | memory | score
     better: str  # higher | lower
     ratio: str  # speedup | delta | change
+    # How to derive the value from a record that predates its field (None: not derivable).
+    derive: Callable[[Mapping[str, Any]], float | None] | None = None
 
     def value(self, record: Mapping[str, Any]) -> float | None:
         node: Any = record
         for part in self.path:
             if not isinstance(node, Mapping):
-                return None
+                node = None
+                break
             node = node.get(part)
+        if not is_number(node) and self.derive is not None:
+            node = self.derive(record)
         return float(node) if is_number(node) else None
+
+
+def _per_1000_env_steps(record: Mapping[str, Any]) -> float | None:
+    rate = (record.get("throughput") or {}).get("env_steps_per_s")
+    return 1000.0 / rate if is_number(rate) and rate > 0 else None
 
 
 def phase_metric(name: str) -> Metric:
@@ -78,6 +88,8 @@ def phase_metric(name: str) -> Metric:
 THROUGHPUT = (
     Metric("env_steps_per_s", "env steps/s", ("throughput", "env_steps_per_s"), "rate", "higher", "speedup"),
     Metric("updates_per_s", "updates/s", ("throughput", "updates_per_s"), "rate", "higher", "speedup"),
+    Metric("s_per_1000_env_steps", "s / 1000 env steps", ("throughput", "s_per_1000_env_steps"), "seconds", "lower",
+           "speedup", _per_1000_env_steps),
     Metric("s_per_1000_episodes", "s / 1000 episodes", ("throughput", "s_per_1000_episodes"), "seconds", "lower", "speedup"),
 )
 SCORE = Metric("mean_score", "mean score (last 100)", ("learning", "mean_score_last_100"), "score", "higher", "delta")

@@ -51,7 +51,9 @@ RAY_HINT = "pip install 'rlperf[ray]'"
 TRIAL_METRICS = (
     ("env_steps_per_s", ("throughput", "env_steps_per_s"), "rate"),
     ("updates_per_s", ("throughput", "updates_per_s"), "rate"),
+    ("s_per_1000_env_steps", ("throughput", "s_per_1000_env_steps"), "seconds"),
     ("s_per_1000_episodes", ("throughput", "s_per_1000_episodes"), "seconds"),
+    ("mean_episode_length", ("learning", "mean_episode_length"), "score"),
     ("mean_score", ("learning", "mean_score_last_100"), "score"),
     *tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES),
 )
@@ -563,6 +565,7 @@ def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
     numeric = [
         ("env_steps_per_s", "env steps/s", "rate"),
         ("updates_per_s", "updates/s", "rate"),
+        ("s_per_1000_env_steps", "s/1k env steps", "seconds"),
         ("s_per_1000_episodes", "s/1k episodes", "seconds"),
     ]
     units = {}

@@ -93,7 +93,7 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
     """Print a profiled run: phases, summary, cProfile, torch ops, GC, overhead, artifacts, advisor."""
     from rich.console import Console
 
-    from rlperf.report.tables import phase_table, summary_table
+    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
 
     console = Console()
     p = record["profile"]
@@ -103,6 +103,9 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
         mode += f"; measured under {' + '.join(o['instruments'])} (×{o['ratio']:.2f} overhead)"
     console.print(phase_table(record["phases"], title="phases", timing_mode=mode))
     console.print(summary_table(record))
+    growth = episode_growth_line(record)
+    if growth:
+        console.print(growth, highlight=False, markup=False)
     if p.get("cprofile"):
         console.print(cprofile_table(p["cprofile"], title=f"cProfile: top {len(p['cprofile']['top'])} functions"))
     t = p.get("torch")

@@ -186,7 +186,8 @@ class MetricsCSV:
     """Appends learning-curve rows to a CSV file, flushed on every row.
 
     The header is written once; reopening an existing file (``--resume``) checks that the header
-    matches and appends below it. A last line cut short by a crash is dropped on reopening.
+    matches, or is the start of the columns (a file written before columns were added keeps its
+    own), and appends below it. A last line cut short by a crash is dropped on reopening.
     Missing fields are left empty; unknown fields are an error.
     """
 
@@ -198,7 +199,10 @@ class MetricsCSV:
             self._file = open(self.path, "a", newline="", encoding="utf-8")
         except OSError as e:
             raise RlperfError(f"cannot write {self.path}: {e.strerror or e}") from None
-        self._writer = csv.DictWriter(self._file, fieldnames=self.fieldnames, restval="")
+        # A file written before columns were added keeps its columns (a resumed older run).
+        columns = existing if existing is not None else self.fieldnames
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, restval="",
+                                      extrasaction="ignore" if columns != self.fieldnames else "raise")
         if existing is None:
             self._writer.writeheader()
             self._file.flush()
@@ -221,7 +225,7 @@ class MetricsCSV:
             if not data:
                 return None
         header = next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r")]))
-        if header != self.fieldnames:
+        if header != self.fieldnames[: len(header)]:
             raise RlperfError(
                 f"{self.path} has columns {','.join(header)}, expected {','.join(self.fieldnames)}",
                 hint="resume into the run directory that wrote it",

@@ -481,7 +481,7 @@ class Learner:
                 finite = math.isfinite(p.last_loss)
             now_s = time.perf_counter()
             window = self._window(now_s) if self.window_start is not None else None
-            row = metrics_row(p, now_s - self.t_start, window)
+            row = metrics_row(p, now_s - self.t_start, window, self.history)
             self.metrics.write(row)
             if self.board.enabled:
                 done = p.episodes if self.board.unit == "episodes" else p.env_steps

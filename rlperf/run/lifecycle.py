@@ -191,7 +191,7 @@ class SyncRun:
 
     def on_log(self, p: Progress) -> None:
         wall, window = self.wall_s(), self.window()
-        row = metrics_row(p, wall, window)
+        row = metrics_row(p, wall, window, self.history)
         self.metrics.write(row)
         if self.tb is not None:
             for key in ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s"):

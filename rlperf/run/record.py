@@ -36,9 +36,14 @@ if TYPE_CHECKING:
 
 METRICS_FIELDS = (
     "vector_steps", "env_steps", "episodes", "updates", "wall_s", "mean_score_100", "mean_return_100",
-    "best_score", "epsilon", "loss", "env_steps_per_s",
+    "best_score", "epsilon", "loss", "env_steps_per_s", "mean_episode_length",
 )
-"""The columns of ``metrics.csv``, one row per log interval."""
+"""The columns of ``metrics.csv``, one row per log interval. ``mean_episode_length`` is the mean
+length of the episodes that finished in that interval (empty when none did)."""
+
+MAX_INTERVALS = 128
+"""Log intervals a record keeps (``intervals``); longer runs keep evenly spaced rows,
+each then covering several intervals exactly."""
 
 
 def now() -> str:
@@ -61,6 +66,15 @@ class RunHistory:
     wall_s: float = 0.0  # wall seconds of the segments before this one
     resumed: list[dict[str, Any]] = field(default_factory=list)
     at_warmup_end: dict[str, int] = field(default_factory=lambda: {"env_steps": 0, "updates": 0, "episodes": 0})
+    # Cumulative [env_steps, episodes read, their env steps, wall_s] at log rows, thinned to at most
+    # 2 x MAX_INTERVALS: differences between any two rows are exact interval figures.
+    intervals: list[list[float]] = field(default_factory=list)
+
+    def add_interval(self, p: Progress, wall_s: float) -> None:
+        """Note a log row (where the run's curve of episode length and cost per env step is read)."""
+        self.intervals.append([p.env_steps, p.lengths_read, p.episode_steps, round(wall_s, 6)])
+        if len(self.intervals) > 2 * MAX_INTERVALS:
+            self.intervals = self.intervals[-1::-2][::-1]  # every other row, the latest kept
 
 
 @dataclass(frozen=True)
@@ -76,13 +90,40 @@ class Window:
         return count / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def metrics_row(p: Progress, wall_s: float, measured: Window | None) -> dict[str, Any]:
-    """One ``metrics.csv`` row. The rate is over the measured window (warm-up excluded, as in the
-    record); before the warm-up ends it is over the whole run so far."""
+def metrics_row(p: Progress, wall_s: float, measured: Window | None, history: RunHistory | None = None) -> dict[str, Any]:
+    """One ``metrics.csv`` row, noted in ``history``'s intervals. The rate is over the measured window
+    (warm-up excluded, as in the record); before the warm-up ends it is over the whole run so far."""
     rate = measured.rate(measured.env_steps) if measured is not None else (p.env_steps / wall_s if wall_s > 0 else 0.0)
+    length = None
+    if history is not None:
+        last = history.intervals[-1] if history.intervals else [0, 0, 0, 0.0]
+        episodes = p.lengths_read - last[1]
+        length = (p.episode_steps - last[2]) / episodes if episodes > 0 else None
+        history.add_interval(p, wall_s)
     return dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes, updates=p.updates,
                 wall_s=round(wall_s, 4), mean_score_100=p.mean_score, mean_return_100=p.mean_return,
-                best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate)
+                best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate,
+                mean_episode_length=length)
+
+
+def interval_rows(intervals: list[list[float]], limit: int = MAX_INTERVALS) -> list[dict[str, Any]]:
+    """The record's ``intervals``: per log interval (or evenly merged ones past ``limit``),
+    where it ended (env steps, wall seconds), the episodes that finished in it, their mean length,
+    and the interval's seconds per 1000 env steps."""
+    rows = list(intervals)
+    if len(rows) > limit:
+        step = len(rows) / limit
+        rows = [rows[min(len(rows) - 1, round((i + 1) * step) - 1)] for i in range(limit)]
+    out = []
+    previous = [0, 0, 0, 0.0]
+    for row in rows:
+        steps, episodes = row[0] - previous[0], row[1] - previous[1]
+        seconds = row[3] - previous[3]
+        out.append({"env_steps": int(row[0]), "wall_s": row[3], "episodes": int(episodes),
+                    "mean_episode_length": (row[2] - previous[2]) / episodes if episodes > 0 else None,
+                    "s_per_1000_env_steps": 1000 * seconds / steps if steps > 0 else None})
+        previous = row
+    return out
 
 
 def build_record(
@@ -112,6 +153,7 @@ def build_record(
     if checkpoint is not None:
         files["checkpoint"] = CHECKPOINT_NAME
     episode_rate = window.rate(window.episodes)
+    step_rate = window.rate(window.env_steps)
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "kind": kind,
@@ -128,13 +170,15 @@ def build_record(
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
                    "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
         "throughput": {
-            "env_steps_per_s": window.rate(window.env_steps),
+            "env_steps_per_s": step_rate,
             "updates_per_s": window.rate(window.updates),
             "episodes_per_s": episode_rate,
+            "s_per_1000_env_steps": 1000.0 / step_rate if step_rate > 0 else None,
             "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
             "replay_ratio": p.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
         },
         "phases": dict(phases),
+        "intervals": interval_rows(history.intervals),
         "learning": {
             "mean_score_last_100": finite(p.mean_score),
             "mean_return_last_100": finite(p.mean_return),
