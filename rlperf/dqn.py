@@ -21,7 +21,7 @@ import importlib
 import math
 import shutil
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -344,9 +344,19 @@ def gc_mode(mode: str) -> Iterator[None]:
         gc.enable()
 
 
-def stop_reached(cfg: Config, p: Progress) -> bool:
+def stop_reached(cfg: Config, p: Progress, since: Mapping[str, int] | None = None) -> bool:
+    """Whether the run did ``train.episodes`` episodes or ``train.steps`` env steps, counted from the
+    start or from the counts in ``since`` (``rlperf profile`` counts from the end of its warm-up)."""
     t = cfg.train
-    return (t.episodes > 0 and p.episodes >= t.episodes) or (t.steps > 0 and p.env_steps >= t.steps)
+    episodes, steps = (p.episodes, p.env_steps) if since is None else (
+        p.episodes - since["episodes"], p.env_steps - since["env_steps"])
+    return (t.episodes > 0 and episodes >= t.episodes) or (t.steps > 0 and steps >= t.steps)
+
+
+def steps_before_learning(cfg: Config) -> int:
+    """Vector steps that only fill the replay: the first gradient update comes in the next one."""
+    learning_starts = max(cfg.train.learning_starts, cfg.buffer.batch_size)
+    return max(0, math.ceil(learning_starts / cfg.env.num_envs) - 1)
 
 
 def run_loop(
@@ -360,12 +370,14 @@ def run_loop(
     on_log: Callable[[Progress], None],
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[], None] | None = None,
+    done: Callable[[Progress], bool] | None = None,
 ) -> torch.Tensor:
     """Train until the stop condition; returns the last observation (the env's state for a resume).
 
     ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
     has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
-    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary.
+    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary;
+    ``done`` replaces the config's stop condition (:func:`stop_reached`) where given.
     Everything that shapes the rest of the run lives in ``agent``, ``buffer``, ``env`` (with the
     returned observation) and ``progress``, so a run checkpointed at a boundary resumes exactly.
     """
@@ -379,9 +391,10 @@ def run_loop(
     else:  # resumed: the accumulator comes back from the checkpoint on the CPU
         progress.loss_sum = progress.loss_sum.to(agent.device)
     loss_sum = progress.loss_sum
+    finished = done if done is not None else (lambda p: stop_reached(cfg, p))
 
     with gc_mode(t.gc):
-        while not stop_reached(cfg, progress) and not should_stop():
+        while not finished(progress) and not should_stop():
             with timer.phase("select"):
                 progress.epsilon = epsilon_at(cfg, progress.env_steps)
                 actions = agent.act(obs, progress.epsilon)
@@ -412,7 +425,7 @@ def run_loop(
                 # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
                 if episodes.full or (log_boundary and episodes.filled):
                     progress.add_episodes(*episodes.flush())
-                if log_boundary or stop_reached(cfg, progress):
+                if log_boundary or finished(progress):
                     if progress.loss_count:
                         progress.last_loss = float(loss_sum) / progress.loss_count
                         loss_sum.zero_()

@@ -72,7 +72,7 @@ def test_naive_names_its_bottlenecks_with_evidence_and_consistent_counts(capsys,
         assert "--train-ratio 8" in f["command"] and f["reference"].startswith("docs/bottlenecks.md §")
     by_knob = {f["knob"]: f for f in advice}
     assert (
-        "cProfile: the storage's write_one called 3,200 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
+        "cProfile: the storage's write_one called 4,928 times (64 per vector step)" in by_knob["buffer.push=batch"]["evidence"]
     )
     assert "bfs_count called" in by_knob["env.flood_fill=tensor"]["evidence"]
 
@@ -81,7 +81,16 @@ def test_naive_names_its_bottlenecks_with_evidence_and_consistent_counts(capsys,
     pstats.Stats(str(run_dir / "profile.prof"))
     calls = CallStats(pstats.Stats(str(run_dir / "profile.prof")))
     totals = record["totals"]
-    assert totals["vector_steps"] == 50
+    # The loop is measured, not start-up: the replay filled to max(learning_starts, batch) = 256
+    # transitions (3 vector steps), 10 warm-up steps, then 3,200 env steps = 50 vector steps,
+    # extended to the 64 a stable p95 needs.
+    window = record["profile"]["window"]
+    assert (window["fill_steps"], window["warmup_steps"], window["measured_steps"]) == (3, 10, 64)
+    assert window["asked"] == {"env_steps": 3200} and window["asked_steps"] == 50 and window["extended"]
+    assert window["measured_env_steps"] == 64 * 64 and window["measured_updates"] == 64 * 8
+    assert record["timing"]["warmup_steps"] == 13 and record["timing"]["measured_steps"] == 64
+    assert sum(p["calls"] for p in record["phases"].values() if p) == 5 * 64  # every phase once per measured step
+    assert totals["vector_steps"] == 77
     assert calls.count("step", "rlperf/env/vector.py") == totals["vector_steps"]  # env step once per vector step
     assert calls.count("run_loop", "rlperf/dqn.py") == 1
     assert calls.count("update", "rlperf/dqn.py") == totals["updates"] > 0
@@ -116,7 +125,7 @@ def test_torch_profiler_trace_has_the_phase_ranges(capsys, tmp_path) -> None:
     record = json.loads((run_dir / "run.json").read_text())
     section = record["profile"]["torch"]
     assert section["recorded"] and section["file"] == "trace.json" and section["top_ops"]
-    assert section["steps"] == [12, 16]  # the first steps that train (learning_starts=200 / 16 boards)
+    assert section["steps"] == [14, 18]  # after the fill (12 steps: learning_starts=200 / 16 boards) and 2 warm-up steps
     trace = json.loads((run_dir / "trace.json").read_text())
     names = {event.get("name") for event in trace["traceEvents"]}
     assert {f"phase:{p}" for p in ("select", "step", "push", "train", "log")} <= names
@@ -191,3 +200,19 @@ def test_unwritable_out_is_one_line_exit_2(capsys, tmp_path) -> None:
         code, out, err = run(capsys, "--config", "smoke", "--steps", "160", "--out", str(blocker / "runs"), *extra)
         assert code == 2 and out == "", err
         assert len(err.strip().splitlines()) == 1 and "cannot create output directory" in err
+
+
+def test_episodes_are_counted_in_the_measured_window_and_the_output_says_so(capsys, tmp_path) -> None:
+    code, out, err = run(capsys, "--config", "smoke", "--episodes", "20", "--no-cprofile", "--set", "run.threads=1",
+                         "--out", str(tmp_path))
+    assert code == 0, err
+    record = json.loads((next(tmp_path.iterdir()) / "run.json").read_text())
+    window = record["profile"]["window"]
+    # smoke: 16 boards, learning_starts 200 -> 12 fill steps, then train.warmup_steps = 2.
+    assert (window["fill_steps"], window["warmup_steps"]) == (12, 2)
+    assert window["measured_steps"] == 64 and window["extended"] and window["measured_episodes"] >= 20
+    assert record["totals"]["episodes"] > window["measured_episodes"]  # the fill's episodes are not counted
+    assert record["totals"]["updates"] > 0 and window["measured_updates"] > 0
+    text = " ".join(out.split())
+    assert "after filling the replay to train.learning_starts=200 (12 vector steps" in text
+    assert "--episodes 20 took" in text and "so the window was extended to 64" in text

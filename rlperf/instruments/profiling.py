@@ -47,9 +47,12 @@ from rlperf.instruments.profilers import (
     torch_window,
 )
 from rlperf.run.files import write_json_atomic
+from rlperf.dqn import steps_before_learning
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
 
 DEFAULT_EPISODES = 100
+MIN_MEASURED_STEPS = 64
+"""The shortest measured window, in vector steps: a p95 then rests on at least three samples above it."""
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
 """Replay for the overhead measurement: at least 2 s, else 10% of the loop, at most 30 s of profiled steps."""
 
@@ -93,8 +96,9 @@ class Instruments:
             if trace_path is None:
                 raise ValueError("torch.profiler needs a trace_path")
             t = cfg.train
-            total = math.ceil(t.steps / cfg.env.num_envs) if t.steps > 0 and t.episodes == 0 else None
-            window = torch_window(t.warmup_steps, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size, total,
+            warm = steps_before_learning(cfg) + t.warmup_steps
+            total = warm + max(MIN_MEASURED_STEPS, math.ceil(t.steps / cfg.env.num_envs)) if t.steps > 0 else None
+            window = torch_window(warm, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size, total,
                                   t.train_ratio)
             self.torch = TorchProfiler(_device_type(cfg), window, trace_path)
         self.stamps: list[float] = []
@@ -122,7 +126,8 @@ class Instruments:
             self.torch.step()
 
     def hooks(self) -> RunHooks:
-        return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None)
+        return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None,
+                        measure_after_fill=True, min_measured_steps=MIN_MEASURED_STEPS)
 
     def step_durations(self) -> list[float]:
         """Wall seconds of each vector step, in order."""
@@ -131,7 +136,13 @@ class Instruments:
 
 def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, command: list[str] | None = None,
                 quiet: bool = False, dashboard: bool = True, options: ProfileOptions | None = None) -> RunResult:
-    """Train with ``cfg`` under the instruments; the record gains a ``profile`` section."""
+    """Train with ``cfg`` under the instruments; the record gains a ``profile`` section.
+
+    What is measured is the training loop: the replay is first filled to ``train.learning_starts``
+    and ``train.warmup_steps`` more vector steps run (both timed apart), then ``train.episodes``
+    episodes or ``train.steps`` env steps are measured, over at least :data:`MIN_MEASURED_STEPS`
+    vector steps (the record's ``profile.window`` says what was measured and why).
+    """
     options = options or ProfileOptions()
     options.check()
     if cfg.run.mode == "async":
@@ -165,6 +176,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
                 section["torch"]["file"] = "trace.json"
                 section["artifacts"]["torch_trace"] = "trace.json"
     assert inst.gc is not None
+    section["window"] = window_section(cfg, record, inst.step_durations())
     section["gc"] = inst.gc.to_dict()
     section["load"] = {"loadavg_1m": os.getloadavg()[0], "cpus": effective_cpus()}
     if not inst.names:
@@ -174,7 +186,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     elif record["status"] != "completed":
         section["overhead"] = {"skipped": f"not measured: the run is {record['status']}"}
     else:
-        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names)
+        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, record["timing"]["warmup_steps"])
     record["profile"] = section
     findings = advise(record, calls, section["gc"], options.verify)
     section["advisor"] = {
@@ -187,13 +199,38 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     return RunResult(run_dir, record, result.exit_code)
 
 
+def window_section(cfg: Config, record: dict[str, Any], durations: list[float]) -> dict[str, Any]:
+    """What the profile measured: the fill and warm-up before the window, the window, and whether the
+    window was extended to :data:`MIN_MEASURED_STEPS` because the asked episodes or steps took fewer."""
+    timing, t = record["timing"], cfg.train
+    fill, warm = timing["fill_steps"], timing["warmup_steps"]
+    asked = {"episodes": t.episodes} if t.episodes > 0 else {"env_steps": t.steps}
+    asked_steps = timing.get("asked_window_steps")
+    return {
+        "asked": asked,
+        "fill_steps": fill,
+        "fill_s": sum(durations[:fill]),
+        "learning_starts": max(t.learning_starts, cfg.buffer.batch_size),
+        "warmup_steps": warm - fill,
+        "warmup_s": sum(durations[fill:warm]),
+        "measured_steps": timing["measured_steps"],
+        "measured_s": timing["measured_wall_s"],
+        "measured_env_steps": timing["measured_env_steps"],
+        "measured_episodes": timing["measured_episodes"],
+        "measured_updates": timing["measured_updates"],
+        "min_steps": MIN_MEASURED_STEPS,
+        "asked_steps": asked_steps,
+        "extended": asked_steps is not None and asked_steps < MIN_MEASURED_STEPS,
+    }
+
+
 def _device_type(cfg: Config) -> str:
     from rlperf.device import resolve_device
 
     return resolve_device(cfg.run.device).type
 
 
-def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]) -> dict[str, Any]:
+def measure_overhead(cfg: Config, durations: list[float], instruments: list[str], warmup_steps: int) -> dict[str, Any]:
     """Replay the run's first vector steps without instruments (same seed, same process) and compare.
 
     The loop is deterministic step by step for a seed, so step i of the replay does exactly the
@@ -235,8 +272,7 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     plain = [b - a for a, b in itertools.pairwise(replay)]
     if len(plain) < k:
         return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
-    warm = t.warmup_steps
-    start = warm if k - 1 - warm >= 3 else 1
+    start = t.warmup_steps if k - 1 - t.warmup_steps >= 3 else 1
     # The first update pays one-off costs (optimizer state, autograd threads) in whichever run comes first.
     regimes = {"before_learning": range(start, min(first_train, k - 1)),
                "training": range(max(start, first_train + 1), k - 1)}
@@ -250,7 +286,7 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     # The whole run after warm-up, each step deflated by its regime's ratio.
     fallback = next(iter(ratios.values()))
     profiled_s = plain_s = 0.0
-    for i in range(min(warm, n - 1), n):
+    for i in range(min(warmup_steps, n - 1), n):
         regime = "training" if i >= first_train else "before_learning"
         profiled_s += durations[i]
         plain_s += durations[i] / ratios.get(regime, fallback)

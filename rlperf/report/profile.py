@@ -89,6 +89,23 @@ def overhead_line(section: dict[str, Any]) -> str:
     return line
 
 
+def window_line(section: Mapping[str, Any]) -> str | None:
+    """What the profile measured, and what it left out before the window (a record's ``profile.window``)."""
+    w = section.get("window")
+    if not w:
+        return None
+    line = (f"measured: {w['measured_steps']:,} vector steps ({w['measured_env_steps']:,} env steps, "
+            f"{w['measured_episodes']:,} episodes, {w['measured_updates']:,} updates) in {w['measured_s']:.2f} s, after "
+            f"filling the replay to train.learning_starts={w['learning_starts']:,} ({w['fill_steps']} vector steps, "
+            f"{w['fill_s']:.2f} s) and {w['warmup_steps']} warm-up steps ({w['warmup_s']:.2f} s), both left out")
+    if w.get("extended"):
+        asked = w["asked"]
+        what = (f"--episodes {asked['episodes']:,}" if "episodes" in asked else f"--steps {asked['env_steps']:,}")
+        line += (f"; {what} took {w['asked_steps']} vector steps, fewer than the {w['min_steps']} a stable p95 needs, "
+                 f"so the window was extended to {w['min_steps']}")
+    return line
+
+
 def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
     """Print a profiled run: phases, summary, cProfile, torch ops, GC, overhead, artifacts, advisor."""
     from rich.console import Console
@@ -103,6 +120,9 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
         mode += f"; measured under {' + '.join(o['instruments'])} (×{o['ratio']:.2f} overhead)"
     console.print(phase_table(record["phases"], title="phases", timing_mode=mode))
     console.print(summary_table(record))
+    window = window_line(p)
+    if window:
+        console.print(window, highlight=False, markup=False)
     growth = episode_growth_line(record)
     if growth:
         console.print(growth, highlight=False, markup=False)

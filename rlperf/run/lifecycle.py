@@ -43,7 +43,7 @@ import torch
 from rlperf.buffer import ReplayBuffer
 from rlperf.config import Config, to_toml
 from rlperf.device import is_out_of_memory, synchronize
-from rlperf.dqn import Agent, Progress, run_loop, stop_reached
+from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
 from rlperf.env.backends import make_env
 from rlperf.env.vector import observation_shape
 from rlperf.errors import RlperfError
@@ -69,11 +69,19 @@ __all__ = ["METRICS_FIELDS", "RunHooks", "RunInterrupted", "RunResult", "resume_
 
 @dataclass
 class RunHooks:
-    """Optional instruments around the loop (used by ``rlperf profile``)."""
+    """Optional instruments around the loop (used by ``rlperf profile``).
+
+    ``measure_after_fill``: the timer's warm-up starts only once the replay holds
+    ``train.learning_starts`` transitions (the fill is excluded too), and the stop condition counts
+    episodes or env steps from the end of that warm-up, in a measured window of at least
+    ``min_measured_steps`` vector steps: what ``rlperf profile --episodes N`` measures.
+    """
 
     around_loop: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     on_step: Callable[[], None] | None = None
     annotate_phases: bool = False
+    measure_after_fill: bool = False
+    min_measured_steps: int = 0
 
 
 def train_run(
@@ -125,7 +133,9 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run
     with refusing_oom("the Q-network", f"agent.hidden={list(cfg.agent.hidden)}", "use narrower agent.hidden"):
         agent = Agent(cfg, obs_shape, device)
-    timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=cfg.train.warmup_steps, annotate=hooks.annotate_phases)
+    fill = steps_before_learning(cfg) if hooks.measure_after_fill else 0
+    timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
+                       annotate=hooks.annotate_phases)
     progress = Progress()
     if saved is not None:
         assert run_dir is not None
@@ -140,7 +150,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         held.callback(os.close, lock_run_dir(run_dir))
     else:
         tidy_for_resume(run_dir, progress.vector_steps)
-    run = SyncRun(cfg, device, run_dir, kind, env, buffer, agent, timer, progress, history, hooks, stop)
+    run = SyncRun(cfg, device, run_dir, kind, env, buffer, agent, timer, progress, history, hooks, stop, fill)
     return run.run(resumed=saved is not None, show=show and not quiet)
 
 
@@ -150,11 +160,25 @@ class SyncRun:
 
     def __init__(self, cfg: Config, device: torch.device, run_dir: Path, kind: str, env: Any, buffer: ReplayBuffer,
                  agent: Agent, timer: PhaseTimer, progress: Progress, history: RunHistory, hooks: RunHooks,
-                 stop: StopSignal) -> None:
+                 stop: StopSignal, fill_steps: int = 0) -> None:
         self.cfg, self.device, self.run_dir, self.kind = cfg, device, run_dir, kind
         self.env, self.buffer, self.agent, self.timer, self.progress = env, buffer, agent, timer, progress
         self.history, self.hooks, self.stop = history, hooks, stop
+        self.fill_steps = fill_steps  # vector steps of the timer's warm-up that only filled the replay
+        self.asked_at: int | None = None  # measured steps at which the asked window was complete
         self.started = time.perf_counter()
+
+    def done(self, p: Progress) -> bool:
+        """The stop condition: the config's, or (``hooks.measure_after_fill``) counted after the warm-up."""
+        if not self.hooks.measure_after_fill:
+            return stop_reached(self.cfg, p)
+        # From the counters, not the timer: in the step's own log phase they already include it.
+        measured = p.vector_steps - self.timer.warmup_steps
+        if measured <= 0:
+            return False
+        if self.asked_at is None and stop_reached(self.cfg, p, since=self.history.at_warmup_end):
+            self.asked_at = measured
+        return self.asked_at is not None and measured >= self.hooks.min_measured_steps
 
     # -- the loop's callbacks --------------------------------------------------------------------
 
@@ -182,7 +206,7 @@ class SyncRun:
         if self.hooks.on_step is not None:
             self.hooks.on_step()
         if (t.checkpoint and p.vector_steps % t.log_every == 0 and p.status == "running"
-                and not self.stop() and not stop_reached(self.cfg, p) and self.checkpoints.due()):
+                and not self.stop() and not self.done(p) and self.checkpoints.due()):
             with self.timer.phase("log"):
                 if weights_finite(self.agent):
                     self.checkpoints.write(self.state(), p)
@@ -220,11 +244,11 @@ class SyncRun:
         try:
             with self.board, self.hooks.around_loop():
                 run_loop(cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
-                         should_stop=self.stop, on_step=self.on_step)
+                         should_stop=self.stop, on_step=self.on_step, done=self.done)
             synchronize(self.device)
             if p.status == "diverged":
                 status, error = "diverged", self._divergence_message()
-            elif self.stop() and not stop_reached(cfg, p):  # a signal on the last step: the run is complete
+            elif self.stop() and not self.done(p):  # a signal on the last step: the run is complete
                 status = "interrupted"
         except Exception as exc:
             if is_out_of_memory(exc):
@@ -246,7 +270,9 @@ class SyncRun:
         return RunResult(self.run_dir, record, exit_code(status, self.stop.signum))
 
     def record(self, status: str, wall: float, rss_scope: str, error: str | None) -> dict[str, Any]:
-        timing, p = self.timer.to_dict(), self.progress
+        timing, p = {**self.timer.to_dict(), "fill_steps": self.fill_steps}, self.progress
+        if self.hooks.measure_after_fill:
+            timing["asked_window_steps"] = self.asked_at
         # Rates over the measured window; a run that was all warm-up is measured whole.
         warm = self.history.at_warmup_end if self.timer.measured_steps else {"env_steps": 0, "updates": 0, "episodes": 0}
         window = Window(timing["wall_s"] if timing["wall_s"] > 0 else wall, p.env_steps - warm["env_steps"],

@@ -145,8 +145,9 @@ def build_record(
     checkpoint: Mapping[str, Any] | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds and measured
-    steps; ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
+    """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds (of which
+    ``fill_steps`` only filled the replay, when the warm-up waited for it) and measured steps;
+    ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
     returned at the start; ``memory`` extra memory figures."""
     p = progress
     files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
@@ -166,7 +167,10 @@ def build_record(
         "config": config_to_dict(cfg),
         "system": system_info(device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
-                   "measured_steps": timing["measured_steps"], "measured_wall_s": window.wall_s},
+                   "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
+                   "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
+                   "measured_episodes": window.episodes, "measured_updates": window.updates,
+                   **({"asked_window_steps": timing["asked_window_steps"]} if "asked_window_steps" in timing else {})},
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
                    "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
         "throughput": {
