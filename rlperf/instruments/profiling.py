@@ -33,6 +33,7 @@ from typing import Any
 from rlperf.config import Config
 from rlperf.errors import RlperfError
 from rlperf.instruments.advisor import VerifyBase, advise, effective_cpus, measured_total, no_finding_reason
+from rlperf.instruments.microbench import run_benches
 from rlperf.instruments.profilers import (
     check_sort,
     PYSPY_HINT,
@@ -66,6 +67,7 @@ class ProfileOptions:
     cprofile: bool = True
     torch: bool = False
     overhead: bool = True  # replay the first steps without instruments to measure their cost
+    microbench: bool = True  # time each slow form the run has against its fast form (the advisor's savings)
     verify: VerifyBase = field(default_factory=VerifyBase)
 
     def check(self) -> None:
@@ -125,9 +127,11 @@ class Instruments:
         if self.torch is not None:
             self.torch.step()
 
-    def hooks(self) -> RunHooks:
+    def hooks(self, window: bool = False) -> RunHooks:
+        """The hooks for ``train_run``; ``window``: measure as ``rlperf profile`` does (after the fill and
+        warm-up, at least :data:`MIN_MEASURED_STEPS`), not as ``train`` does."""
         return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None,
-                        measure_after_fill=True, min_measured_steps=MIN_MEASURED_STEPS)
+                        measure_after_fill=window, min_measured_steps=MIN_MEASURED_STEPS if window else 0)
 
     def step_durations(self) -> list[float]:
         """Wall seconds of each vector step, in order."""
@@ -151,7 +155,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     with tempfile.TemporaryDirectory(prefix="rlperf-profile-") as scratch:
         inst = Instruments(cfg, cprofile=options.cprofile, torch=options.torch, trace_path=Path(scratch) / "trace.json")
         result = train_run(cfg, out=out, name=name, command=command, quiet=quiet, dashboard=dashboard,
-                           kind="profile", hooks=inst.hooks())
+                           kind="profile", hooks=inst.hooks(window=True))
         record, run_dir = result.record, result.run_dir
         section: dict[str, Any] = {
             "options": {"top": options.top, "sort": options.sort, "cprofile": options.cprofile, "torch": options.torch,
@@ -188,7 +192,11 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     else:
         section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, record["timing"]["warmup_steps"])
     record["profile"] = section
-    findings = advise(record, calls, section["gc"], options.verify)
+    if options.microbench and record["status"] == "completed":
+        section["microbench"] = run_benches(cfg, _device(cfg), record)
+    timing = record["timing"]
+    verify = options.verify.for_window(record["totals"]["env_steps"], timing["warmup_steps"])
+    findings = advise(record, calls, section["gc"], verify)
     section["advisor"] = {
         "findings": [f.as_dict() for f in findings],
         "none": None if findings else no_finding_reason(record),
@@ -224,10 +232,14 @@ def window_section(cfg: Config, record: dict[str, Any], durations: list[float]) 
     }
 
 
-def _device_type(cfg: Config) -> str:
+def _device(cfg: Config) -> Any:
     from rlperf.device import resolve_device
 
-    return resolve_device(cfg.run.device).type
+    return resolve_device(cfg.run.device)
+
+
+def _device_type(cfg: Config) -> str:
+    return str(_device(cfg).type)
 
 
 def measure_overhead(cfg: Config, durations: list[float], instruments: list[str], warmup_steps: int) -> dict[str, Any]:

@@ -61,18 +61,39 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
         return Text(none_reason or "no finding", style="green")
     parts: list[RenderableType] = [Text("advisor: findings ranked by the time they could save", style="bold")]
     for i, f in enumerate(findings, 1):
-        saving = float(f["est_saving_s"])
-        share = f" ({percent_short(saving / total_s)})" if total_s > 0 else ""
         head = Text(f"{i}. {f['title']}", style="bold yellow")
-        head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
-        parts += [
-            head,
-            Text(f"   evidence: {f['evidence']}"),
-            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
-                          f"   expected: {f['expected_gain']} ({f['reference']})"),
-            Text.assemble("   verify: ", (f["command"], "cyan")),
-        ]
+        saving = f.get("est_saving_s")
+        if saving is not None:
+            share = f" ({percent_short(saving / total_s)})" if total_s > 0 else ""
+            head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
+        if f.get("where"):
+            head.append(f" — in {f['where']}")
+        parts += [head, Text(f"   evidence: {f['evidence']}"), Text(f"   fix: {f['fix']}")]
+        if f.get("knob"):
+            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
+                                       f"   expected: {f['expected_gain']} ({f['reference']})"))
+        else:
+            parts.append(Text(f"   expected: {f['expected_gain']} ({f['reference']})"))
+        parts.append(Text(f"   estimate: {f['estimate']}"))
+        if f.get("command"):
+            parts.append(Text.assemble("   verify: ", (f["command"], "cyan")))
+        verified = f.get("verified")
+        if verified:
+            parts.append(Text(f"   measured: {verified_text(verified, saving, total_s)}", style="bold"))
     return Group(*parts)
+
+
+def verified_text(v: Mapping[str, Any], saving: float | None, total_s: float) -> str:
+    """The measured gain of a finding's compare line beside its estimate (``profile --verify``)."""
+    if v.get("error"):
+        return f"not verified: {v['error']}"
+    speedup, spread = v["speedup"], v.get("spread") or 0.0
+    text = f"{speedup:.2f}× ± {spread:.2f} env steps/s over {v['repeats']} interleaved repeats"
+    if v.get("inside_noise"):
+        text += " (inside the noise: the ranges overlap)"
+    if saving is not None and 0 < saving < total_s:
+        text += f"; estimated {total_s / (total_s - saving):.2f}× of the measured phase time"
+    return text
 
 
 def overhead_line(section: dict[str, Any]) -> str:
