@@ -231,3 +231,23 @@ def test_episodes_are_counted_in_the_measured_window_and_the_output_says_so(caps
     text = " ".join(out.split())
     assert "after filling the replay to train.learning_starts=200 (12 vector steps" in text
     assert "--episodes 20 took" in text and "so the window was extended to 64" in text
+
+
+def test_verify_runs_the_top_findings_compare_line_and_keeps_both_figures(capsys, tmp_path) -> None:
+    record = profile_json(capsys, tmp_path, "--config", "smoke", "--set", "env.flood_fill=bfs", "--set", "run.threads=1",
+                          "--no-cprofile", "--verify", "1")
+    top = record["profile"]["advisor"]["findings"][0]
+    assert top["knob"] == "env.flood_fill=tensor" and top["est_saving_s"] > 0  # the estimate, kept
+    verified = top["verified"]
+    assert verified["repeats"] == 3 and verified["speedup"] > 0 and verified["spread"] is not None
+    assert verified["inside_noise"] in (True, False)
+    assert all("verified" not in f for f in record["profile"]["advisor"]["findings"][1:])
+    section = record["profile"]["verify"]
+    assert section["ran"] == 1 and section["repeats"] == 3
+    runs = sorted(Path(section["compare_dir"]).iterdir())
+    assert len(runs) == 6  # the profiled config and the variant, interleaved, 3 repeats each
+    for run_dir in runs:  # each measured what the profile measured: its env steps, its warm-up left out
+        r = json.loads((run_dir / "run.json").read_text())
+        assert r["totals"]["env_steps"] == record["totals"]["env_steps"]
+        assert r["timing"]["warmup_steps"] == record["timing"]["warmup_steps"]
+    assert json.loads((Path(record["run_dir"]) / "run.json").read_text())["profile"]["verify"] == section

@@ -27,6 +27,9 @@ def profile(
     py_spy: Annotated[bool, typer.Option(
         "--py-spy", help="Run under py-spy record; saves pyspy.svg and pyspy.speedscope.json.")] = False,
     native: Annotated[bool, typer.Option("--native", help="With --py-spy: also sample native (C/C++) frames.")] = False,
+    verify: Annotated[int, typer.Option(
+        "--verify", metavar="K", help="Run the top K findings' compare lines (3 interleaved repeats each) and print the "
+        "measured gain beside each estimate.")] = 0,
     pyspy_child: Annotated[str | None, typer.Option(
         "--pyspy-child", hidden=True, help="Internal: run as the py-spy child, write the record here.")] = None,
     *,
@@ -47,6 +50,8 @@ def profile(
     options.check()
     if native and not py_spy:
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
+    if verify < 0:
+        raise RlperfError(f"--verify must be 0 or more, got {verify}")
     if run.episodes is None and run.steps is None:
         run.episodes = DEFAULT_EPISODES
     cfg = run.build_config()
@@ -84,9 +89,11 @@ def profile(
     else:
         code = exit_code(record.get("status", "failed"))
     record["command"] = argv
-    record["profile"]["options"].update(py_spy=py_spy, native=native)
+    record["profile"]["options"].update(py_spy=py_spy, native=native, verify=verify)
     if py_spy and skipped:
         record["profile"]["py_spy"] = {"skipped": skipped}
+    if verify and record["status"] == "completed":
+        record["profile"]["verify"] = _verify(record, cfg, verify, run)
     write_json_atomic(Path(record["run_dir"]) / "run.json", record)
 
     if run.json_:
@@ -96,3 +103,25 @@ def profile(
     for note in notes(record):
         print(f"rlperf: {note}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs) -> dict[str, Any]:
+    """``--verify K``: the top K findings' compare lines, with a progress bar unless quiet."""
+    import contextlib
+
+    from rlperf.instruments.profiling import VERIFY_REPEATS, verify_findings
+    from rlperf.report.dashboard import RunsProgress
+
+    with_knob = [f for f in record["profile"]["advisor"]["findings"] if f.get("knob")][:k]
+    total = (len(with_knob) + 1) * VERIFY_REPEATS if with_knob else 0
+    progress = None if run.quiet or run.json_ or not total else RunsProgress("verify", total)
+
+    def on_run(label: str, repeat: int, event: str) -> None:
+        assert progress is not None
+        if event == "start":
+            progress.started_run(f"{label} (repeat {repeat})")
+        else:
+            progress.finished_run()
+
+    with progress or contextlib.nullcontext():
+        return verify_findings(record, cfg, k, out=run.out, on_run=on_run if progress else None)

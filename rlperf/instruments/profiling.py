@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -421,3 +421,46 @@ def check_out(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None
+
+
+# -- --verify: the top findings' compare lines, run -----------------------------------------------
+
+VERIFY_REPEATS = 3
+
+
+def verify_findings(record: dict[str, Any], cfg: Config, k: int, out: str | Path = "runs",
+                    on_run: Callable[[str, int, str], None] | None = None) -> dict[str, Any]:
+    """Run the compare lines of the top ``k`` findings that have a knob: the profiled config and each
+    variant, :data:`VERIFY_REPEATS` interleaved repeats each (one shared baseline), measuring what the
+    profile measured (its env steps, its fill and warm-up left out of the rates). Each finding gains
+    ``verified``: the measured speed-up of env steps/s (median ratio), its spread and whether it is
+    inside the noise. Returns the ``profile.verify`` section (what ran, where)."""
+    from rlperf.experiments.compare import Source, compare, run_sources, variant
+
+    findings = [f for f in record["profile"]["advisor"]["findings"] if f.get("knob")][:k]
+    if not findings:
+        return {"ran": 0, "note": "no finding with a knob to verify"}
+    base = variant(cfg, [f"train.steps={record['totals']['env_steps']}",
+                         f"train.warmup_steps={record['timing']['warmup_steps']}"])
+    sources = [Source("profiled", "the profiled config", config=base)]
+    for f in findings:
+        sources.append(Source(f["knob"], f["command"], config=variant(base, [f["knob"]])))
+    sides, interrupted = run_sources(sources, VERIFY_REPEATS, out=out, name="verify", command=list(sys.argv),
+                                     on_run=on_run)
+    sides = [s for s in sides if s.records]
+    if len(sides) < 2:
+        return {"ran": 0, "interrupted": interrupted}
+    comparison = compare(sides)
+    rate = next(r for r in comparison["rows"] if r["metric"] == "env_steps_per_s")
+    by_label = {s.label: i for i, s in enumerate(sides)}
+    for f in findings:
+        i = by_label.get(f["knob"])
+        if i is None or i == 0:
+            f["verified"] = {"error": "interrupted before it ran"}
+            continue
+        ratio, cell = rate["ratios"][i - 1], rate["cells"][i]
+        f["verified"] = {"speedup": ratio["value"], "spread": ratio["spread"], "inside_noise": ratio["inside_noise"],
+                         "repeats": cell["n"] if cell else 0, "env_steps_per_s": cell, "baseline_env_steps_per_s":
+                         rate["cells"][0], "run_dirs": comparison["runs"][i]["run_dirs"]}
+    return {"ran": len(findings), "repeats": VERIFY_REPEATS, "interrupted": interrupted,
+            "compare_dir": str(Path(comparison["runs"][0]["run_dirs"][0]).parent), "warnings": comparison["warnings"]}

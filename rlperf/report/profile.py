@@ -173,6 +173,13 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
             console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
     adv = p["advisor"]
     console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    v = p.get("verify")
+    if v:
+        line = (f"verified: {v['ran']} compare line(s), {v.get('repeats', 0)} interleaved repeats each, runs in "
+                f"{v['compare_dir']}" if v.get("ran") else f"verify: {v.get('note', 'interrupted before a run finished')}")
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+        for warning in v.get("warnings") or []:
+            console.print(f"warning: {warning}", highlight=False, soft_wrap=True, markup=False)
     status = record["status"]
     if not quiet or status != "completed":
         line = f"run {record['name']}: {status} -> {record['run_dir']}"
