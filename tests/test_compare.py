@@ -256,6 +256,10 @@ def test_run_dirs_and_run_json_with_a_config(
         (["compare", "{config}", "{config}", "--repeats", "0"], "--repeats must be at least 1 (got 0)"),
         (["compare", "{run}"], "compare needs at least two runs"),
         (["compare", "{config}", "--vs", "train.train_ratioo=2"], "unknown config key 'train.train_ratioo'"),
+        # Every variant is checked before the first run, not when its turn comes.
+        (["compare", "{config}", "--vs", "train.train_ratio=2", "--vs", "train.amp=fp16"],
+         "train.amp=fp16: train.amp=fp16 needs a CUDA device"),
+        (["compare", "{config}", "--vs", "buffer.capacity=1000000000000"], "buffer.capacity=1000000000000: "),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

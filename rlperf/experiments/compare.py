@@ -404,13 +404,16 @@ def _unique(label: str, sources: Sequence[Source]) -> str:
 
 
 def check_sources(sources: Sequence[Source]) -> None:
-    """Refuse, before anything runs, a config whose knobs cannot apply on its device."""
-    from rlperf.device import resolve_device
-    from rlperf.dqn import check_knobs
+    """Refuse, before anything runs, a config or variant that could not run (its device, a knob that
+    cannot apply there, a run that does not fit in memory), naming the column."""
+    from rlperf.run.common import check_run
 
     for s in sources:
         if s.config is not None:
-            check_knobs(s.config, resolve_device(s.config.run.device))
+            try:
+                check_run(s.config)
+            except RlperfError as exc:
+                raise type(exc)(f"{s.label}: {exc.message}", hint=exc.hint) from None
 
 
 def run_sources(

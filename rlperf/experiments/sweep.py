@@ -11,8 +11,9 @@ per trial, ``sweep.json`` (every trial, read back from its record, and the per-p
   on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
   cluster cannot meet is refused before anything starts.
 
-A grid point whose config fails validation, or a trial that raises, is recorded as ``failed``
-with its error and the sweep goes on. Ctrl-C stops the sweep; the finished trials' records and
+Every grid point is validated before the first trial (a bad value, a knob that cannot apply,
+a run that does not fit: one line, nothing written); a trial that raises is recorded as
+``failed`` with its error and the sweep goes on. Ctrl-C stops the sweep; the finished trials' records and
 the partial summary are kept and written.
 """
 
@@ -163,12 +164,17 @@ class Trial:
         return row
 
 
-def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
-    """Every grid point × repeat, repeats of a point adjacent; configs validated now, one by one.
+def plan(base: Config, axes: Sequence[Axis], repeats: int, runnable_here: bool = True) -> list[Trial]:
+    """Every grid point × repeat, repeats of a point adjacent; every point validated now, before any runs.
 
     Repeat k runs with ``run.seed + k`` (unless ``run.seed`` is swept), so the score's spread is a
-    seed spread. A point whose config is invalid becomes a failed trial, not an error.
+    seed spread. A point whose config is invalid, or (``runnable_here``: the trials run on this
+    machine) could not run here -- device, knobs, memory -- raises a one-line error naming the
+    point: nothing has run or been written yet. Ray trials run on the cluster's nodes, whose
+    devices and memory only they can judge.
     """
+    from rlperf.run.common import check_run
+
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
     check_axes(base, axes)
@@ -181,14 +187,16 @@ def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
             trial.name = f"trial{trial.index:03d}"
             try:
                 cfg = variant(base, overrides)
-                if k and not seed_swept:
+                if not k and runnable_here:
+                    check_run(cfg)
+                elif not seed_swept:
                     cfg = apply_overrides(cfg, [f"run.seed={cfg.run.seed + k}"])
             except RlperfError as exc:
-                trial.status, trial.error = "failed", str(exc)
-            else:
-                trial.config, trial.seed = cfg, cfg.run.seed
-                flat = flat_keys(cfg)
-                trial.params = {a.key: flat[a.key] for a in axes}
+                point_name = " ".join(f"{a.short}={v}" for a, v in zip(axes, combo, strict=True))
+                raise type(exc)(f"sweep point {point_name}: {exc.message}", hint=exc.hint) from None
+            trial.config, trial.seed = cfg, cfg.run.seed
+            flat = flat_keys(cfg)
+            trial.params = {a.key: flat[a.key] for a in axes}
             trials.append(trial)
     return trials
 
@@ -262,7 +270,7 @@ def run_sweep(
     """
     if backend not in BACKENDS:
         raise RlperfError(f"unknown sweep backend {backend!r}", hint="use local or ray")
-    trials = plan(base, axes, repeats)
+    trials = plan(base, axes, repeats, runnable_here=backend == "local")
     notify = on_trial or (lambda event, trial: None)
     ray_session = _RaySession(address, trial_cpus, trial_gpus) if backend == "ray" else None
     try:
@@ -294,9 +302,6 @@ def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | No
     from rlperf.run.lifecycle import train_run
 
     for t in trials:
-        if t.status != "pending":  # its config was refused: already failed, reported in grid order
-            notify("end", t)
-            continue
         assert t.config is not None
         notify("start", t)
         try:
@@ -401,12 +406,7 @@ class _RaySession:
     def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback) -> None:
         from ray import tune
 
-        for t in trials:
-            if t.status != "pending":
-                notify("end", t)
-        pending = {t.index: t for t in trials if t.status == "pending"}
-        if not pending:
-            return
+        pending = {t.index: t for t in trials}
         specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
         trainable = tune.with_parameters(
             ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd()
