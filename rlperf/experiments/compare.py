@@ -355,22 +355,9 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
         )
     sources: list[Source] = []
     for arg in args:
-        path = Path(arg)
-        if is_config_argument(arg):
-            sources.append(Source(_unique(path.stem, sources), arg, config=make_config(arg)))
-        elif not path.exists():
-            raise RlperfError(
-                f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config"
-            )
-        elif path.is_dir() and not (path / RECORD_NAME).is_file():
-            raise RlperfError(
-                f"{arg} is not a run directory (no {RECORD_NAME})",
-                hint="pass a directory written by rlperf train, or a .toml config",
-            )
-        else:
-            record = read_record(path)
-            label = str(record.get("name") or (path.name if path.is_dir() else path.parent.name))
-            sources.append(Source(_unique(label, sources), arg, record=record))
+        source = source_from(arg, make_config)
+        source.label = _unique(source.label, sources)
+        sources.append(source)
     for item in vs:
         if "=" not in item:
             raise RlperfError(f"--vs {item!r} has no '='", hint="write --vs section.key=value, e.g. --vs train.train_ratio=4")
@@ -388,6 +375,23 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
         for s, label in zip(sources, short, strict=True):
             s.label = label
     return sources
+
+
+def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
+    """One argument as a source: a config to run (``make_config`` applies the run options), or the
+    record of a run directory or ``run.json``; a one-line error for anything else."""
+    path = Path(arg)
+    if is_config_argument(arg):
+        return Source(path.stem, arg, config=make_config(arg))
+    if not path.exists():
+        raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
+    if path.is_dir() and not (path / RECORD_NAME).is_file():
+        raise RlperfError(
+            f"{arg} is not a run directory (no {RECORD_NAME})",
+            hint="pass a directory written by rlperf train, or a .toml config",
+        )
+    record = read_record(path)
+    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record)
 
 
 _RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
@@ -423,15 +427,24 @@ def run_sources(
     name: str | None = None,
     command: list[str] | None = None,
     on_run: Callable[[str, int, str], None] | None = None,
+    runner: Callable[..., Any] | None = None,
+    prefix: str = "compare",
+    vary_seed: bool = True,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
-    repeat k uses ``run.seed + k``. Runs go under one ``compare-*`` directory in ``out``.
-    ``on_run(label, repeat, event)`` is told "start" and "done". Returns (sides, interrupted):
-    after Ctrl-C the sides hold the runs that finished.
+    repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same
+    work). Runs go under one ``{prefix}-*`` directory in ``out``. ``on_run(label, repeat, event)``
+    is told "start" and "done". ``runner(label, cfg, **train_run keywords)`` replaces
+    :func:`~rlperf.run.lifecycle.train_run` (scripts/bench_gate.py plants a slowdown in one side
+    with it). Returns (sides, interrupted): after Ctrl-C the sides hold the runs that finished.
     """
     from rlperf.run.lifecycle import train_run
+
+    if runner is None:
+        def runner(label: str, cfg: Config, **kwargs: Any) -> Any:
+            return train_run(cfg, **kwargs)
 
     if repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
@@ -440,19 +453,18 @@ def run_sources(
     if not to_run:
         return sides, False
     check_sources(sources)
-    folder = make_run_dir(out, name, prefix="compare")
+    folder = make_run_dir(out, name, prefix=prefix)
     interrupted = False
     try:
         for k in range(repeats):
             for i, s in to_run:
                 assert s.config is not None
-                cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k else s.config
+                cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k and vary_seed else s.config
                 if on_run:
                     on_run(s.label, k, "start")
                 with thread_settings_restored():
-                    result = train_run(
-                        cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True, dashboard=False, kind="compare"
-                    )
+                    result = runner(s.label, cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
+                                    dashboard=False, kind="compare")
                 sides[i].records.append(read_record(result.run_dir))
                 if on_run:
                     on_run(s.label, k, "done")

@@ -606,6 +606,7 @@ class Learner:
         m = self._async_metrics(t_end)
         window = self._window(t_end)
         timing = self.timer.to_dict()
+        timing["vector_step"] = None  # the learner's loop steps are not env vector steps
         warmup_s = (self.window_start or (self.t_all_running or self.t_start,))[0] - self.t_start
         if cfg.train.checkpoint and status in ("completed", "interrupted"):
             self.checkpoints.write(

@@ -14,7 +14,6 @@ reports its own peak, not the process's so far. Where the reset is not possible 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import os
 import platform
 import resource
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlperf.config import Config, config_to_dict
+from rlperf.system import cpu_model
 from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA
 
 if TYPE_CHECKING:
@@ -170,6 +170,7 @@ def build_record(
                    "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
                    "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
                    "measured_episodes": window.episodes, "measured_updates": window.updates,
+                   "vector_step": timing.get("vector_step"),
                    **({"asked_window_steps": timing["asked_window_steps"]} if "asked_window_steps" in timing else {})},
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
                    "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
@@ -234,19 +235,6 @@ def _rlperf_version() -> str:
     import rlperf
 
     return rlperf.__version__
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's marketing name ("AMD EPYC 7B13"), or the best this platform offers."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def git_revision(cwd: str | Path | None = None) -> str | None:
