@@ -116,6 +116,15 @@ def plot(results: dict, path: Path) -> None:
     save_figure(plt, fig, path)
 
 
+def sizes_between(low: int, high: int) -> list[int]:
+    """low, 4 × low, 16 × low, ... up to high."""
+    sizes = []
+    while low <= high:
+        sizes.append(low)
+        low *= 4
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -149,13 +158,8 @@ def main() -> None:
         "tensor": [],
         "gym": [],
     }
-    sizes = []
-    n = args.min_n
-    while n <= args.max_n:
-        sizes.append(n)
-        n *= 4
     for flood in ("off", "tensor", "bfs"):
-        for n in sizes:
+        for n in sizes_between(args.min_n, args.max_n):
             if flood == "bfs" and n > 4096:
                 continue  # the Python BFS reference: minutes per block beyond this
             steps = max(3, args.steps // 10) if flood == "bfs" else args.steps

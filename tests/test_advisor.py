@@ -296,3 +296,19 @@ def test_render_findings_and_the_empty_case() -> None:
     assert "estimate: train phase 40.00 s × (1 − 4/64)" in text and "fix: " in text
     assert "measured: 2.90× ± 0.20 env steps/s over 3 interleaved repeats; estimated 3.14× of the measured phase time" in text
     assert "no finding: nothing" in render_to_str(render_findings([], 1.0, "no finding: nothing"))
+
+
+def test_threads_starved_during_the_run_are_seen_from_the_run_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(advisor, "effective_cpus", lambda: 2.0)
+    # 2 threads on 2 CPUs and a quiet load average at the end, but 50 ms per update in the run
+    # against 5 ms for the same update right after it: the threads waited for CPUs while it ran.
+    starved = record("default", ("train.train_ratio=1",), threads=2,
+                     micro={"threads": {**MICRO["threads"], "slow": "2 torch threads", "fast": "1 torch thread(s)",
+                                        "slow_s": 0.005, "fast_s": 0.006}})
+    f = next(f for f in advise(starved, None, None) if (f.knob or "").startswith("run.threads="))
+    assert f.knob == "run.threads=1" and f.title == "Compute threads were starved during the run"
+    assert f.est_saving_s == pytest.approx(40.0 - 800 * 0.006) and "50 ms per update in this run" in f.evidence
+    # The run's updates as fast as the benchmark's: nothing to say.
+    calm = record("default", ("train.train_ratio=1",), threads=2,
+                  micro={"threads": {**MICRO["threads"], "slow_s": 0.045, "fast_s": 0.06}})
+    assert not any((f.knob or "").startswith("run.threads") for f in advise(calm, None, None))

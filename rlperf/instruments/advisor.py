@@ -557,11 +557,41 @@ def thread_excess(cfg: Config, record: Mapping[str, Any]) -> tuple[int, int] | N
     return None
 
 
+CONTENDED = 2.0
+"""A run whose updates took this many times longer than the same update timed right after it, with
+the same threads, had its threads starved by other processes while it ran."""
+
+
 def thread_oversubscription(
     record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
 ) -> Finding | None:
-    """More compute threads than CPUs, from this run's own processes or the machine's load (docs/bottlenecks.md §14)."""
+    """More compute threads than CPUs: this run's own processes, the machine's load, or updates that
+    ran far slower in the run than in a micro-benchmark right after it (docs/bottlenecks.md §14)."""
     excess = thread_excess(cfg, record)
+    threads_now = int((record.get("system") or {}).get("torch_threads") or 0)
+    bench = _bench(record, "threads")
+    train = _phase(record, "train")
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
+    run_update = train["total_s"] / updates if updates else 0.0
+    contended = (threads_now > 1 and bench is not None and bench.get("slow_s")
+                 and run_update > CONTENDED * bench["slow_s"])
+    if contended and bench is not None and excess is None:
+        # The threads were starved in the run: what the same updates cost on the fewer threads, timed here.
+        saving = train["total_s"] - updates * bench["fast_s"]
+        return Finding(
+            title="Compute threads were starved during the run", evidence=(
+                f"train took {_time(run_update)} per update in this run with {threads_now} torch threads; the same update "
+                f"took {_time(bench['slow_s'])} with {threads_now} threads and {_time(bench['fast_s'])} with "
+                f"{bench['fast']} timed right after the run: other processes held the CPUs the threads waited for "
+                f"(run.threads={cfg.run.threads})"),
+            fix="torch.set_num_threads(1) (and OMP_NUM_THREADS=1) on a machine other processes share",
+            knob="run.threads=1", command=None, expected_gain="steadier, and on a busy machine much faster, updates "
+            "(no figure reported)",
+            est_saving_s=saving,
+            estimate=f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {_time(bench['fast_s'])} (an "
+            f"update with {bench['fast']}, micro-benchmarked here)",
+            reference="docs/bottlenecks.md §14",
+        )
     if excess is None:
         return None
     threads, fewer = excess
@@ -605,7 +635,8 @@ def episode_growth(
         title="Each env step got slower through the run" if slower else "Episodes get longer, not the loop slower",
         evidence=growth_text(split),
         fix=("find what grows with the run: the phase whose share rises, memory that does not flatten once the replay "
-             "is full" if slower else
+             "is full; or other processes took the CPUs as the run went on (the load average at its end was "
+             f"{float(((record.get('profile') or {}).get('load') or {}).get('loadavg_1m') or 0):.1f})" if slower else
              "measure in env steps (--steps N), not episodes: a learning agent's episodes get longer"),
         knob=None, command=None, expected_gain="not a speed-up: it tells a slowdown from an agent that survives longer",
         est_saving_s=None, estimate="no saving: this explains the time per episode, it does not change it",

@@ -236,8 +236,12 @@ def _updater(cfg: Config, device: torch.device, threads: int | None = None) -> C
 
 def _threads(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
     excess = thread_excess(cfg, record)
-    current, fewer = excess if excess is not None else (torch.get_num_threads(), 1)
+    current, fewer = excess if excess is not None else (_run_threads(record), 1)
     return _updater(cfg, device, current), _updater(cfg, device, fewer)
+
+
+def _run_threads(record: Mapping[str, Any]) -> int:
+    return int((record.get("system") or {}).get("torch_threads") or 0)
 
 
 def _amp(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
@@ -270,9 +274,9 @@ BENCHES: tuple[Bench, ...] = (
           lambda cfg, record: cfg.agent.target_update == "hard", _target),
     Bench("inference", "action selection for {num_envs} boards", "agent.inference=grad", "agent.inference=no_grad",
           lambda cfg, record: cfg.agent.inference == "grad", _inference),
+    # Whenever the run had several threads: the advisor compares the run's own time per update with it.
     Bench("threads", "gradient update", "{threads} torch threads", "{fewer_threads} torch thread(s)",
-          lambda cfg, record: thread_excess(cfg, record) is not None, _threads, repeats=25, min_repeat_s=0.05,
-          budget_s=5.0),
+          lambda cfg, record: _run_threads(record) > 1, _threads, repeats=15, min_repeat_s=0.03, budget_s=3.0),
     Bench("amp", "gradient update", "train.amp=off", "train.amp=bf16",
           lambda cfg, record: _cuda(record) and cfg.train.amp == "off" and torch.cuda.is_bf16_supported(), _amp),
     Bench("batch", "gradient update", "buffer.batch_size={batch_size}", "4× the batch",
