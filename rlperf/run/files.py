@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from rlperf.errors import RlperfError
 
 SCHEMA = 1
@@ -106,7 +104,7 @@ def _json_default(obj: Any) -> Any:
     """Encode the values a record naturally holds: numpy scalars/arrays, paths, devices, dataclasses."""
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy scalar or array, 0-d tensor
         return obj.tolist()
-    if isinstance(obj, (Path, torch.device)):
+    if isinstance(obj, Path) or type(obj).__name__ == "device":  # a path, a torch.device
         return str(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
@@ -148,6 +146,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def save_torch_atomic(path: str | Path, obj: Any) -> None:
     """``torch.save(obj)`` to ``path`` atomically (a checkpoint is never half written)."""
+    import torch  # here, not at the top: a run directory for an external record needs no torch
+
     _write_atomic(path, lambda f: torch.save(obj, f))
 
 
