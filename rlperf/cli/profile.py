@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,9 +17,13 @@ from rlperf.errors import RlperfError
 DEFAULT_EPISODES = 100
 
 
-@command()
+@command(context_settings={"allow_interspersed_args": False})
 @run_options()
 def profile(
+    ctx: typer.Context,
+    script: Annotated[list[str] | None, typer.Argument(
+        metavar="[-- python SCRIPT [ARGS]...]", show_default=False,
+        help="Profile your own script instead: -- python train.py ARGS, or -- python -m package.module ARGS.")] = None,
     tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tb.")] = False,
     top: Annotated[int, typer.Option("--top", help="Functions and ops to list.")] = 20,
     sort: Annotated[str, typer.Option("--sort", help="cProfile order: cumtime, tottime or ncalls.")] = "cumtime",
@@ -36,15 +41,11 @@ def profile(
     run: RunArgs,
 ) -> None:
     """Where does the time go, and what to do about it: a train run (100 episodes unless --episodes or
-    --steps) under cProfile and optionally torch.profiler and py-spy, with the advisor's findings."""
-    from rlperf.cli.train import emit
-    from rlperf.instruments.advisor import VerifyBase
-    from rlperf.instruments.profiling import (
-        ProfileOptions, check_runnable, profile_run, profile_under_pyspy,
-    )
-    from rlperf.report.profile import notes, render_profile
-    from rlperf.run.files import write_json_atomic
-    from rlperf.run.lifecycle import exit_code
+    --steps) under cProfile and optionally torch.profiler and py-spy, with the advisor's findings.
+
+    rlperf profile [OPTIONS] -- python SCRIPT [ARGS] profiles your own script the same way: its phase
+    table when it uses rlperf.PhaseTimer, its top functions with your code marked, and the advisor."""
+    from rlperf.instruments.profilers import ProfileOptions
 
     options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_)
     options.check()
@@ -52,6 +53,17 @@ def profile(
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
     if verify < 0:
         raise RlperfError(f"--verify must be 0 or more, got {verify}")
+    if script:
+        _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
+
+    # rlperf's own loop (the imports that bring torch in come here, after the script's branch).
+    from rlperf.cli.train import emit
+    from rlperf.instruments.advisor import VerifyBase
+    from rlperf.instruments.profiling import check_runnable, profile_run, profile_under_pyspy
+    from rlperf.report.profile import notes, render_profile
+    from rlperf.run.files import write_json_atomic
+    from rlperf.run.lifecycle import exit_code
+
     if run.episodes is None and run.steps is None:
         run.episodes = DEFAULT_EPISODES
     cfg = run.build_config()
@@ -125,3 +137,27 @@ def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs) -> dict[str,
 
     with progress or contextlib.nullcontext():
         return verify_findings(record, cfg, k, out=run.out, on_run=on_run if progress else None)
+
+
+def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy: bool, native: bool, verify: int,
+                    tensorboard: bool, run: RunArgs) -> None:
+    """``rlperf profile [OPTIONS] -- python SCRIPT [ARGS]``: your script under the instruments; exits with its code."""
+    from rlperf.instruments.script import parse_script_command, profile_script
+    from rlperf.report.profile import render_script_profile
+
+    if ctx.meta.get("rlperf.after_dashdash") != script:
+        raise RlperfError(f"unexpected argument {script[0]!r}", hint="put your command after --: rlperf profile -- "
+                          "python train.py")
+    ignored = [flag for flag, on in (("--config", run.config is not None), ("--set and the run flags", run.given),
+                                     ("--verify", verify > 0), ("--tensorboard", tensorboard)) if on]
+    if ignored:
+        raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
+                          hint="set your script's options after --")
+    target = parse_script_command(script)
+    result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
+                            quiet_stdout=run.json_, command=list(sys.argv))
+    if run.json_:
+        sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
+    else:
+        render_script_profile(result.record, run.quiet)
+    raise typer.Exit(result.exit_code)

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -35,16 +34,18 @@ from rlperf.errors import RlperfError
 from rlperf.instruments.advisor import VerifyBase, advise, effective_cpus, measured_total, no_finding_reason
 from rlperf.instruments.microbench import run_benches
 from rlperf.instruments.profilers import (
-    check_sort,
     PYSPY_HINT,
     CProfiler,
     GcMonitor,
+    ProfileOptions,
     TorchProfiler,
+    attach_pyspy,
+    check_out,
     find_pyspy,
+    is_pyspy_error,
     pyspy_command,
     pyspy_env,
     pyspy_failure,
-    speedscope_to_svg,
     torch_window,
 )
 from rlperf.run.files import write_json_atomic
@@ -56,24 +57,6 @@ MIN_MEASURED_STEPS = 64
 """The shortest measured window, in vector steps: a p95 then rests on at least three samples above it."""
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
 """Replay for the overhead measurement: at least 2 s, else 10% of the loop, at most 30 s of profiled steps."""
-
-
-@dataclass
-class ProfileOptions:
-    """What to wrap the run in (the command's flags)."""
-
-    top: int = 20
-    sort: str = "cumtime"
-    cprofile: bool = True
-    torch: bool = False
-    overhead: bool = True  # replay the first steps without instruments to measure their cost
-    microbench: bool = True  # time each slow form the run has against its fast form (the advisor's savings)
-    verify: VerifyBase = field(default_factory=VerifyBase)
-
-    def check(self) -> None:
-        if self.top < 1:
-            raise RlperfError(f"--top must be at least 1, got {self.top}")
-        self.sort = check_sort(self.sort)
 
 
 def _with(cfg: Config, section: str, **values: Any) -> Config:
@@ -195,7 +178,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     if options.microbench and record["status"] == "completed":
         section["microbench"] = run_benches(cfg, _device(cfg), record)
     timing = record["timing"]
-    verify = options.verify.for_window(record["totals"]["env_steps"], timing["warmup_steps"])
+    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"], timing["warmup_steps"])
     findings = advise(record, calls, section["gc"], verify)
     section["advisor"] = {
         "findings": [f.as_dict() for f in findings],
@@ -344,7 +327,7 @@ def run_under_pyspy(
     def forward() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.startswith("py-spy> ") or not line.strip() or _is_pyspy_error(line):
+            if line.startswith("py-spy> ") or not line.strip() or is_pyspy_error(line):
                 pyspy_lines.append(line.rstrip("\n"))
             else:
                 sys.stderr.write(line)
@@ -366,27 +349,6 @@ def run_under_pyspy(
     return record, recording, pyspy_lines
 
 
-def _is_pyspy_error(line: str) -> bool:
-    lowered = line.lower()
-    return lowered.startswith(("error:", "failed to", "permission denied")) or "ptrace" in lowered
-
-
-def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
-    run_dir = Path(record["run_dir"])
-    speedscope = run_dir / "pyspy.speedscope.json"
-    shutil.move(str(recording), speedscope)
-    samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
-    record["profile"]["py_spy"] = {
-        "svg": "pyspy.svg",
-        "speedscope": "pyspy.speedscope.json",
-        "samples": samples,
-        "native": native,
-        "rate_hz": 100,
-    }
-    record["profile"]["artifacts"].update(pyspy_svg="pyspy.svg", pyspy_speedscope="pyspy.speedscope.json")
-    record["files"].update(profile_pyspy_svg="pyspy.svg", profile_pyspy_speedscope="pyspy.speedscope.json")
-
-
 # -- the command -------------------------------------------------------------------------------
 
 
@@ -403,7 +365,7 @@ def profile_under_pyspy(child_args: list[str], out: Path, native: bool) -> tuple
         record, recording, lines = run_under_pyspy(pyspy, child_args, native, Path(scratch))
         if record is None or not recording.is_file() or recording.stat().st_size == 0:
             return record, pyspy_failure(lines)
-        _attach_pyspy(record, recording, native)
+        attach_pyspy(record, recording, native)
         return record, None
 
 
@@ -413,14 +375,6 @@ def check_runnable(cfg: Config) -> None:
     from rlperf.dqn import check_knobs
 
     check_knobs(cfg, resolve_device(cfg.run.device))
-
-
-def check_out(out: Path) -> None:
-    """Refuse an unusable --out before starting a child process (the in-process run checks it itself)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None
 
 
 # -- --verify: the top findings' compare lines, run -----------------------------------------------

@@ -15,11 +15,12 @@ from rich.text import Text
 
 from rlperf.report.units import percent_short, seconds_short
 
-def cprofile_table(section: Mapping[str, Any], title: str = "cProfile") -> Table:
-    """The top functions of a record's ``profile.cprofile`` section; rlperf's own in bold with a ●."""
+def cprofile_table(section: Mapping[str, Any], title: str = "cProfile", own: str = "rlperf's own code") -> Table:
+    """The top functions of a record's ``profile.cprofile`` section; ``own`` code (rlperf's, or the
+    profiled script's) in bold with a ●."""
     sort = section.get("sort", "cumtime")
     caption = (f"{section.get('total_calls', 0):,} calls in {section.get('total_s', 0.0):.2f} s of profiled time; "
-               f"times in s, sorted by {sort}; ● = rlperf's own code")
+               f"times in s, sorted by {sort}; ● = {own}")
     table = Table(title=title, caption=caption)
     table.add_column("", width=1, no_wrap=True)
     table.add_column("function", overflow="fold", ratio=1)
@@ -209,3 +210,57 @@ def _short_run_note(record: dict[str, Any]) -> str | None:
     if totals["updates"] == 0:
         return "note: the run ended before the first gradient update (train.learning_starts); train is not profiled"
     return None
+
+
+PHASE_API_HINT = ("timer = rlperf.PhaseTimer(device); with timer.phase(\"step\"): ...; timer.step_done() "
+                  "(README: Profile your own loop)")
+
+
+def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
+    """Print a profiled script: its phase table (or how to get one), cProfile with its own code marked,
+    torch.profiler, GC, artifacts and the advisor's findings; then where the run directory is."""
+    from rich.console import Console
+
+    from rlperf.report.tables import phase_table
+
+    console = Console()
+    p = record["profile"]
+    script = record["script"]
+    if record.get("phases"):
+        timing = record["timing"]
+        console.print(phase_table(record["phases"], title="your loop's phases", timing_mode=timing["mode"]))
+        step = timing.get("vector_step") or {}
+        console.print(f"{timing['measured_steps']:,} steps measured (after {timing['warmup_steps']} warm-up) in "
+                      f"{timing['measured_wall_s']:.2f} s: {record['throughput']['steps_per_s']:,.1f} steps/s, median step "
+                      f"{step.get('p50_ms', 0.0):.3g} ms" + (f" (rlperf.PhaseTimer: {script['phase_timers']} timers, the "
+                      f"busiest shown)" if script["phase_timers"] > 1 else ""), highlight=False, markup=False)
+    else:
+        console.print(f"no phase timings: the script does not use rlperf.PhaseTimer; three lines give you the phase "
+                      f"table: {PHASE_API_HINT}", highlight=False, soft_wrap=True, markup=False)
+    if p.get("cprofile"):
+        console.print(cprofile_table(p["cprofile"], title=f"cProfile: top {len(p['cprofile']['top'])} functions",
+                                     own=p.get("own", "your code")))
+    t = p.get("torch")
+    if t:
+        if t.get("recorded"):
+            console.print(torch_ops_table(t))
+        else:
+            console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
+    spy = p.get("py_spy")
+    if spy and spy.get("skipped"):
+        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
+    gc = p["gc"]
+    n = gc["collections"]
+    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
+                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of the script; longest pause "
+                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+    run_dir = Path(record["run_dir"])
+    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
+                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
+        if key in p["artifacts"]:
+            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
+    adv = p["advisor"]
+    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    if not quiet or record["status"] != "completed":
+        print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
+              f"{record['run_dir']}", file=sys.stderr)
