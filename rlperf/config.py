@@ -76,11 +76,16 @@ class RunConfig(BaseModel):
 
 
 class EnvConfig(BaseModel):
-    """The batched Snake boards."""
+    """The training env: the batched Snake (the default) or any registered Gymnasium env."""
 
     model_config = _MODEL
 
-    num_envs: int = Field(256, ge=1, description="boards stepped together in one batch")
+    id: str = Field(
+        "rlperf/Snake-v0", min_length=1, description="a registered Gymnasium env id with Discrete actions and a Box "
+        "observation, e.g. CartPole-v1; env.size, obs, flood_fill, hunger and initial_length are Snake's and apply to "
+        "rlperf/Snake-v0 only"
+    )
+    num_envs: int = Field(256, ge=1, description="boards (envs) stepped together in one batch")
     size: int = Field(10, ge=4, le=64, description="board side in cells, 4 to 64")
     initial_length: int = Field(3, ge=1, description="snake length at reset, 1 to env.size")
     hunger: int = Field(0, ge=0, description="steps without a fruit before truncation; 0 = size*size")
@@ -92,8 +97,8 @@ class EnvConfig(BaseModel):
         "(docs/bottlenecks.md §4)"
     )
     backend: Literal["tensor", "gym-sync", "gym-async"] = Field(
-        "tensor", description="tensor = native batched env; gym-sync, gym-async = gymnasium wrappers over single boards "
-        "(docs/bottlenecks.md §5)"
+        "tensor", description="tensor = native batched env (Snake's, or a Gymnasium env's vector entry point); gym-sync, "
+        "gym-async = gymnasium wrappers over single envs (docs/bottlenecks.md §5)"
     )
 
     @model_validator(mode="after")

@@ -32,10 +32,10 @@ from torch.nn import functional as F
 
 from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
+from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
 from rlperf.timers import PhaseTimer
 
-N_ACTIONS = 3
 
 
 class QNetwork(nn.Module):
@@ -129,10 +129,11 @@ class Agent:
     (``agent.inference``). :meth:`act` and :meth:`update` then run the same code for every config.
     """
 
-    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device) -> None:
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device, n_actions: int = N_ACTIONS) -> None:
         a, t = cfg.agent, cfg.train
         self.device = device
-        self.q = QNetwork(obs_shape, N_ACTIONS, list(a.hidden)).to(device)
+        self.n_actions = n_actions
+        self.q = QNetwork(obs_shape, n_actions, list(a.hidden)).to(device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         fused = device.type == "cuda"
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
@@ -176,7 +177,7 @@ class Agent:
         with self._inference():
             greedy = self.forward(obs).argmax(1)
             explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
-            random = torch.randint(0, N_ACTIONS, (n,), generator=self.generator, device=self.device)
+            random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
             return torch.where(explore, random, greedy)
 
     def update(self, buffer: BatchSource) -> torch.Tensor:
@@ -245,7 +246,7 @@ class EpisodeLog:
 
     def __init__(self, rows: int, num_envs: int, device: torch.device) -> None:
         self.done = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
-        self.score = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
+        self.score = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)  # fruits, or a return
         self.length = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
         self.ret = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
         self.filled = 0
@@ -279,7 +280,7 @@ class Progress:
     updates: int = 0
     episodes: int = 0
     owed_updates: float = 0.0
-    best_score: int = 0
+    best_score: int | float = 0
     episode_steps: int = 0  # env steps of the episodes whose length was read (the sum of their lengths)
     lengths_read: int = 0  # how many episodes that is (async mode may drop some: not always ``episodes``)
     scores: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -299,7 +300,8 @@ class Progress:
         self.scores.extend(scores.tolist())
         self.returns.extend(returns.tolist())
         if len(scores):
-            self.best_score = max(self.best_score, int(scores.max()))
+            best = float(scores.max())
+            self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
 
     @property
     def mean_score(self) -> float:
@@ -405,7 +407,11 @@ def run_loop(
             with timer.phase("push"):
                 # final_obs is the true next observation of every board, also where the board
                 # has already been reset; only termination stops the bootstrap.
-                buffer.push(obs, actions, rewards, infos["final_obs"], terminated)
+                valid = infos.get("_valid")  # a NEXT_STEP env's reset steps are not transitions
+                if valid is None:
+                    buffer.push(obs, actions, rewards, infos["final_obs"], terminated)
+                else:
+                    buffer.push(obs[valid], actions[valid], rewards[valid], infos["final_obs"][valid], terminated[valid])
                 obs = next_obs  # the hand-off people get wrong: after the push, not before
 
             progress.vector_steps += 1

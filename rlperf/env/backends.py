@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from rlperf.env.gym_env import SNAKE_ID, GymnasiumEnv, env_spaces
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import VectorSnake
+from rlperf.env.vector import N_ACTIONS, VectorSnake, observation_shape
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 
@@ -82,11 +83,31 @@ def make_env(
     flood_fill: str = "off",
     initial_length: int = 3,
     hunger: int | None = None,
-) -> VectorSnake | GymVectorBackend:
-    """Build the training env for ``backend`` with the same rules and observation everywhere."""
+    env_id: str = SNAKE_ID,
+) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
+    """Build the training env for ``backend`` with the same rules and observation everywhere; an
+    ``env_id`` other than Snake's is that Gymnasium env (:class:`~rlperf.env.gym_env.GymnasiumEnv`)."""
+    if env_id != SNAKE_ID:
+        return GymnasiumEnv(env_id, backend, num_envs, device)
     kwargs: dict[str, Any] = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
         return VectorSnake(num_envs=num_envs, device=device, **kwargs)
     if backend in ("gym-sync", "gym-async"):
         return GymVectorBackend(backend, num_envs, device, **kwargs)
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def env_spec(cfg: Any) -> tuple[tuple[int, ...], int]:
+    """(observation shape, number of actions) of a config's env: Snake's from its keys, another
+    Gymnasium env's from its spaces (a one-line ConfigError when it does not fit)."""
+    e = cfg.env
+    if e.id == SNAKE_ID:
+        return observation_shape(e.size, e.obs, e.flood_fill), N_ACTIONS
+    return env_spaces(e.id)
+
+
+def build_env(cfg: Any, device: torch.device) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
+    """The training env of a config (:func:`make_env` with its keys)."""
+    e = cfg.env
+    return make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
+                    initial_length=e.initial_length, hunger=e.hunger or None, env_id=e.id)

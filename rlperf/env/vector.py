@@ -58,6 +58,7 @@ import itertools
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
 # Relative action -> change of heading: straight, turn right, turn left.
 ACTION_TURNS = (0, 1, 3)
+N_ACTIONS = len(ACTION_TURNS)
 OBS_MODES = ("features", "grid")
 FLOOD_FILL_MODES = ("off", "bfs", "tensor")
 N_FEATURES = 11

@@ -95,17 +95,21 @@ def time_pair(slow: Callable[[], Any] | None, fast: Callable[[], Any], device: t
 
 
 def _obs_shape(cfg: Config) -> tuple[int, ...]:
-    from rlperf.env.vector import observation_shape
+    from rlperf.env.backends import env_spec
 
-    return observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
+    return env_spec(cfg)[0]
+
+
+def _n_actions(cfg: Config) -> int:
+    from rlperf.env.backends import env_spec
+
+    return env_spec(cfg)[1]
 
 
 def _transitions(cfg: Config, device: torch.device, n: int) -> tuple[torch.Tensor, ...]:
-    from rlperf.dqn import N_ACTIONS
-
     g = torch.Generator(device=device).manual_seed(0)
     obs = torch.rand((n, *_obs_shape(cfg)), generator=g, device=device)
-    actions = torch.randint(0, N_ACTIONS, (n,), generator=g, device=device)
+    actions = torch.randint(0, _n_actions(cfg), (n,), generator=g, device=device)
     return obs, actions, torch.zeros(n, device=device), obs.clone(), torch.zeros(n, dtype=torch.bool, device=device)
 
 
@@ -143,21 +147,17 @@ def _storage_push(cfg: Config, device: torch.device, record: Mapping[str, Any]) 
 
 
 def _env(cfg: Config, device: torch.device, **changes: Any) -> Any:
-    from rlperf.env.backends import make_env
+    from rlperf.env.backends import build_env
 
-    e = cfg.env.model_copy(update=changes)
-    env = make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                   initial_length=e.initial_length, hunger=e.hunger or None)
+    env = build_env(cfg.model_copy(update={"env": cfg.env.model_copy(update=changes)}), device)
     env.reset(seed=cfg.run.seed)
     return env
 
 
-def _stepper(env: Any, n: int, device: torch.device) -> Callable[[], Any]:
+def _stepper(env: Any, n: int, device: torch.device, n_actions: int) -> Callable[[], Any]:
     """Step ``env`` with pre-drawn random actions (the RNG stays out of the timed call)."""
-    from rlperf.dqn import N_ACTIONS
-
     g = torch.Generator(device=device).manual_seed(1)
-    actions = [torch.randint(0, N_ACTIONS, (n,), generator=g, device=device) for _ in range(64)]
+    actions = [torch.randint(0, n_actions, (n,), generator=g, device=device) for _ in range(64)]
     state = {"i": 0}
 
     def step() -> Any:
@@ -170,22 +170,22 @@ def _stepper(env: Any, n: int, device: torch.device) -> Callable[[], Any]:
 def _flood_fill(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
     n = cfg.env.num_envs
     slow, fast = _env(cfg, device, flood_fill="bfs"), _env(cfg, device, flood_fill="tensor")
-    return _stepper(slow, n, device), _stepper(fast, n, device)
+    return _stepper(slow, n, device, _n_actions(cfg)), _stepper(fast, n, device, _n_actions(cfg))
 
 
 def _backend(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
     n = cfg.env.num_envs
-    fast = _stepper(_env(cfg, device, backend="tensor"), n, device)
+    fast = _stepper(_env(cfg, device, backend="tensor"), n, device, _n_actions(cfg))
     if cfg.env.backend != "gym-sync":
         return None, fast  # gym-async's worker processes are not rebuilt here: the run's step time is the slow figure
-    return _stepper(_env(cfg, device, backend="gym-sync"), n, device), fast
+    return _stepper(_env(cfg, device, backend="gym-sync"), n, device, _n_actions(cfg)), fast
 
 
 def _network(cfg: Config, device: torch.device) -> torch.nn.Module:
-    from rlperf.dqn import N_ACTIONS, QNetwork
+    from rlperf.dqn import QNetwork
 
     torch.manual_seed(cfg.run.seed)
-    return QNetwork(_obs_shape(cfg), N_ACTIONS, list(cfg.agent.hidden)).to(device)
+    return QNetwork(_obs_shape(cfg), _n_actions(cfg), list(cfg.agent.hidden)).to(device)
 
 
 def _target(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
@@ -220,7 +220,7 @@ def _updater(cfg: Config, device: torch.device, threads: int | None = None) -> C
     """One gradient update of the run's agent on a filled buffer (``threads``: torch threads to run it with)."""
     from rlperf.dqn import Agent
 
-    agent = Agent(cfg, _obs_shape(cfg), device)
+    agent = Agent(cfg, _obs_shape(cfg), device, _n_actions(cfg))
     fill = min(cfg.buffer.capacity, max(4 * cfg.buffer.batch_size, cfg.env.num_envs))
     buffer = _buffer(cfg.model_copy(update={"buffer": cfg.buffer.model_copy(update={"capacity": fill})}), device,
                      "tensor", "batch", fill)

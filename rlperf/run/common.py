@@ -53,13 +53,13 @@ def check_run(cfg: Config) -> None:
     """Refuse what :func:`rlperf.run.lifecycle.train_run` would refuse before it writes anything (the
     device, knobs that cannot apply, a run that does not fit in memory), changing nothing: so that
     ``sweep`` and ``compare`` refuse a bad grid point or variant before their first run."""
-    from rlperf.env.vector import observation_shape
+    from rlperf.env.backends import env_spec
     from rlperf.run.memory import check_run_memory
 
     device = _refuse(cfg)
+    obs_shape, _ = env_spec(cfg)  # an env id that does not fit is refused here
     if cfg.run.mode == "sync":
-        e = cfg.env
-        check_run_memory(cfg, observation_shape(e.size, e.obs, e.flood_fill), device)
+        check_run_memory(cfg, obs_shape, device)
 
 
 def prepare(cfg: Config) -> torch.device:

@@ -58,6 +58,7 @@ from rlperf.buffer import Batch
 from rlperf.config import Config, config_to_dict, to_toml
 from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
+from rlperf.env.gym_env import SNAKE_ID
 from rlperf.env.vector import observation_shape
 from rlperf.errors import ConfigError
 from rlperf.report.dashboard import Dashboard
@@ -112,6 +113,9 @@ def usable_async_config(cfg: Config) -> Config:
 def check_async(cfg: Config) -> None:
     """Refuse, with one line each, settings the async mode cannot honour."""
     a, b = cfg.async_, cfg.buffer
+    if cfg.env.id != SNAKE_ID:
+        raise ConfigError(f"run.mode=async trains on rlperf/Snake-v0 only, not env.id={cfg.env.id}",
+                          hint="use --set run.mode=sync for other envs")
     if cfg.env.backend != "tensor":
         raise ConfigError(
             f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",

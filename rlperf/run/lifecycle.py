@@ -44,8 +44,7 @@ from rlperf.buffer import ReplayBuffer
 from rlperf.config import Config, to_toml
 from rlperf.device import is_out_of_memory, synchronize
 from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
-from rlperf.env.backends import make_env
-from rlperf.env.vector import observation_shape
+from rlperf.env.backends import build_env, env_spec
 from rlperf.errors import RlperfError
 from rlperf.report.dashboard import Dashboard
 from rlperf.run.checkpoint import (
@@ -116,7 +115,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     """Check, build and run; ``held`` closes the run directory's lock and the env when the run ends."""
     device = prepare(cfg)
     e = cfg.env
-    obs_shape = observation_shape(e.size, e.obs, e.flood_fill)
+    obs_shape, n_actions = env_spec(cfg)
     saved: dict[str, Any] | None = None
     run_dir: Path | None = None
     if resume is not None:
@@ -126,13 +125,12 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     check_run_memory(cfg, obs_shape, device)
     seed_everything(cfg.run.seed)
     with refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
-        env = make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                       initial_length=e.initial_length, hunger=e.hunger or None)
+        env = build_env(cfg, device)
     held.callback(env.close)
     buffer = ReplayBuffer(cfg.buffer.capacity, obs_shape, device, storage=cfg.buffer.storage, push=cfg.buffer.push,
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run
     with refusing_oom("the Q-network", f"agent.hidden={list(cfg.agent.hidden)}", "use narrower agent.hidden"):
-        agent = Agent(cfg, obs_shape, device)
+        agent = Agent(cfg, obs_shape, device, n_actions)
     fill = steps_before_learning(cfg) if hooks.measure_after_fill else 0
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
                        annotate=hooks.annotate_phases)
