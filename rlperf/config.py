@@ -81,11 +81,16 @@ class RunConfig(BaseModel):
 
 
 class EnvConfig(BaseModel):
-    """The batched Snake boards."""
+    """The training env: the batched Snake (the default) or any registered Gymnasium env."""
 
     model_config = _MODEL
 
-    num_envs: int = Field(256, ge=1, description="boards stepped together in one batch")
+    id: str = Field(
+        "rlperf/Snake-v0", min_length=1, description="a registered Gymnasium env id with Discrete actions and a Box "
+        "observation, e.g. CartPole-v1; env.size, obs, flood_fill, hunger and initial_length are Snake's and apply to "
+        "rlperf/Snake-v0 only"
+    )
+    num_envs: int = Field(256, ge=1, description="boards (envs) stepped together in one batch")
     size: int = Field(10, ge=4, le=64, description="board side in cells, 4 to 64")
     initial_length: int = Field(3, ge=1, description="snake length at reset, 1 to env.size")
     hunger: int = Field(0, ge=0, description="steps without a fruit before truncation; 0 = size*size")
@@ -97,8 +102,8 @@ class EnvConfig(BaseModel):
         "(docs/bottlenecks.md §4)"
     )
     backend: Literal["tensor", "gym-sync", "gym-async"] = Field(
-        "tensor", description="tensor = native batched env; gym-sync, gym-async = gymnasium wrappers over single boards "
-        "(docs/bottlenecks.md §5)"
+        "tensor", description="tensor = native batched env (Snake's, or a Gymnasium env's vector entry point); gym-sync, "
+        "gym-async = gymnasium wrappers over single envs (docs/bottlenecks.md §5)"
     )
     kernel: Literal["auto", "ops", "fused"] = Field(
         "auto", description="env step: ops = one tensor operator per rule; fused = one compiled per-board step "
@@ -157,7 +162,14 @@ class AgentConfig(BaseModel):
     )
     eps_start: float = Field(1.0, ge=0, le=1, description="ε at the start, 0 to 1")
     eps_end: float = Field(0.05, ge=0, le=1, description="ε after the decay, 0 to 1")
-    eps_decay_steps: int = Field(100_000, ge=1, description="env transitions over which ε decays linearly")
+    eps_decay_steps: int = Field(
+        100_000, ge=1, description="env transitions over which ε decays linearly, unless agent.eps_decay_fraction applies"
+    )
+    eps_decay_fraction: float = Field(
+        0.0, ge=0, le=1, description="ε decays over this fraction of the run's env steps, as Stable-Baselines3's "
+        "exploration_fraction; applies when the run stops on train.steps (its length is known), else agent.eps_decay_steps "
+        "does; 0 = off"
+    )
 
 
 class BufferConfig(BaseModel):
@@ -264,6 +276,10 @@ class Config(BaseModel):
 _SECTIONS: dict[str, type[BaseModel]] = {
     (info.alias or name): cast(type[BaseModel], info.annotation) for name, info in Config.model_fields.items()
 }
+
+# A key that, set with --set (and the other not), switches another off, as a flag stop condition
+# replaces the config's (``config_from``): ε decay in absolute steps replaces a fraction of the run.
+_REPLACES = {"agent.eps_decay_steps": ("agent.eps_decay_fraction", 0.0)}
 
 # Flag name → the key it sets.
 _FLAGS = {
@@ -410,13 +426,22 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 
 def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+    given: list[str] = []
     for item in overrides:
         key, value = _split_override(item)
-        section, name = key.split(".")
-        table = data.setdefault(section, {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"cannot set {key}: [{section}] in the config is not a table")
-        table[name] = value
+        _set(data, key, value)
+        given.append(key)
+    for key in given:
+        if key in _REPLACES and _REPLACES[key][0] not in given:
+            _set(data, *_REPLACES[key])
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    section, name = key.split(".")
+    table = data.setdefault(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"cannot set {key}: [{section}] in the config is not a table")
+    table[name] = value
 
 
 def _split_override(item: str) -> tuple[str, Any]:

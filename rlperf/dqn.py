@@ -21,7 +21,7 @@ import importlib
 import math
 import shutil
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,10 +32,10 @@ from torch.nn import functional as F
 
 from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
+from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
 from rlperf.timers import PhaseTimer
 
-N_ACTIONS = 3
 
 
 class QNetwork(nn.Module):
@@ -99,17 +99,27 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
 
 def _check_env_kernel(cfg: Config, device: torch.device) -> None:
     e = cfg.env
-    if e.kernel == "fused" and e.backend == "tensor":
+    if e.kernel == "fused" and e.backend == "tensor" and e.id == "rlperf/Snake-v0":
         from rlperf.env.vector import resolve_kernel
 
         # Async actors step their boards on the CPU whatever the learner's device.
         resolve_kernel(e.kernel, torch.device("cpu") if cfg.run.mode == "async" else device, e.flood_fill, e.size)
 
 
+def eps_decay_steps(cfg: Config) -> int:
+    """Env transitions over which ε decays: ``agent.eps_decay_fraction`` of ``train.steps`` when the
+    run stops on env steps and the fraction is set (Stable-Baselines3's ``exploration_fraction``),
+    else ``agent.eps_decay_steps`` (a run that stops on episodes has no known length)."""
+    a, t = cfg.agent, cfg.train
+    if a.eps_decay_fraction > 0 and t.steps > 0:
+        return max(1, round(a.eps_decay_fraction * t.steps))
+    return a.eps_decay_steps
+
+
 def epsilon_at(cfg: Config, env_steps: int) -> float:
-    """Linear ε decay over env transitions, from ``eps_start`` to ``eps_end``."""
+    """Linear ε decay over env transitions (:func:`eps_decay_steps`), from ``eps_start`` to ``eps_end``."""
     a = cfg.agent
-    fraction = min(1.0, env_steps / a.eps_decay_steps)
+    fraction = min(1.0, env_steps / eps_decay_steps(cfg))
     return a.eps_start + fraction * (a.eps_end - a.eps_start)
 
 
@@ -129,10 +139,11 @@ class Agent:
     (``agent.inference``). :meth:`act` and :meth:`update` then run the same code for every config.
     """
 
-    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device) -> None:
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device, n_actions: int = N_ACTIONS) -> None:
         a, t = cfg.agent, cfg.train
         self.device = device
-        self.q = QNetwork(obs_shape, N_ACTIONS, list(a.hidden)).to(device)
+        self.n_actions = n_actions
+        self.q = QNetwork(obs_shape, n_actions, list(a.hidden)).to(device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         fused = device.type == "cuda"
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
@@ -181,7 +192,7 @@ class Agent:
         with self._inference():
             greedy = self.forward(obs).argmax(1)
             explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
-            random = torch.randint(0, N_ACTIONS, (n,), generator=self.generator, device=self.device)
+            random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
             return torch.where(explore, random, greedy)
 
     def update(self, buffer: BatchSource) -> torch.Tensor:
@@ -250,7 +261,7 @@ class EpisodeLog:
 
     def __init__(self, rows: int, num_envs: int, device: torch.device) -> None:
         self.done = torch.zeros((rows, num_envs), dtype=torch.bool, device=device)
-        self.score = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
+        self.score = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)  # fruits, or a return
         self.length = torch.zeros((rows, num_envs), dtype=torch.int64, device=device)
         self.ret = torch.zeros((rows, num_envs), dtype=torch.float32, device=device)
         self.filled = 0
@@ -284,8 +295,9 @@ class Progress:
     updates: int = 0
     episodes: int = 0
     owed_updates: float = 0.0
-    best_score: int = 0
-    episode_steps: int = 0
+    best_score: int | float = 0
+    episode_steps: int = 0  # env steps of the episodes whose length was read (the sum of their lengths)
+    lengths_read: int = 0  # how many episodes that is (async mode may drop some: not always ``episodes``)
     scores: deque = field(default_factory=lambda: deque(maxlen=100))
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     last_loss: float = float("nan")
@@ -299,10 +311,12 @@ class Progress:
     def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray) -> None:
         self.episodes += len(scores)
         self.episode_steps += int(lengths.sum())
+        self.lengths_read += len(lengths)
         self.scores.extend(scores.tolist())
         self.returns.extend(returns.tolist())
         if len(scores):
-            self.best_score = max(self.best_score, int(scores.max()))
+            best = float(scores.max())
+            self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
 
     @property
     def mean_score(self) -> float:
@@ -347,9 +361,19 @@ def gc_mode(mode: str) -> Iterator[None]:
         gc.enable()
 
 
-def stop_reached(cfg: Config, p: Progress) -> bool:
+def stop_reached(cfg: Config, p: Progress, since: Mapping[str, int] | None = None) -> bool:
+    """Whether the run did ``train.episodes`` episodes or ``train.steps`` env steps, counted from the
+    start or from the counts in ``since`` (``rlperf profile`` counts from the end of its warm-up)."""
     t = cfg.train
-    return (t.episodes > 0 and p.episodes >= t.episodes) or (t.steps > 0 and p.env_steps >= t.steps)
+    episodes, steps = (p.episodes, p.env_steps) if since is None else (
+        p.episodes - since["episodes"], p.env_steps - since["env_steps"])
+    return (t.episodes > 0 and episodes >= t.episodes) or (t.steps > 0 and steps >= t.steps)
+
+
+def steps_before_learning(cfg: Config) -> int:
+    """Vector steps that only fill the replay: the first gradient update comes in the next one."""
+    learning_starts = max(cfg.train.learning_starts, cfg.buffer.batch_size)
+    return max(0, math.ceil(learning_starts / cfg.env.num_envs) - 1)
 
 
 def run_loop(
@@ -363,12 +387,14 @@ def run_loop(
     on_log: Callable[[Progress], None],
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[], None] | None = None,
+    done: Callable[[Progress], bool] | None = None,
 ) -> torch.Tensor:
     """Train until the stop condition; returns the last observation (the env's state for a resume).
 
     ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
     has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
-    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary.
+    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary;
+    ``done`` replaces the config's stop condition (:func:`stop_reached`) where given.
     Everything that shapes the rest of the run lives in ``agent``, ``buffer``, ``env`` (with the
     returned observation) and ``progress``, so a run checkpointed at a boundary resumes exactly.
     """
@@ -382,9 +408,10 @@ def run_loop(
     else:  # resumed: the accumulator comes back from the checkpoint on the CPU
         progress.loss_sum = progress.loss_sum.to(agent.device)
     loss_sum = progress.loss_sum
+    finished = done if done is not None else (lambda p: stop_reached(cfg, p))
 
     with gc_mode(t.gc):
-        while not stop_reached(cfg, progress) and not should_stop():
+        while not finished(progress) and not should_stop():
             with timer.phase("select"):
                 progress.epsilon = epsilon_at(cfg, progress.env_steps)
                 actions = agent.act(obs, progress.epsilon)
@@ -395,7 +422,11 @@ def run_loop(
             with timer.phase("push"):
                 # final_obs is the true next observation of every board, also where the board
                 # has already been reset; only termination stops the bootstrap.
-                buffer.push(obs, actions, rewards, infos["final_obs"], terminated)
+                valid = infos.get("_valid")  # a NEXT_STEP env's reset steps are not transitions
+                if valid is None:
+                    buffer.push(obs, actions, rewards, infos["final_obs"], terminated)
+                else:
+                    buffer.push(obs[valid], actions[valid], rewards[valid], infos["final_obs"][valid], terminated[valid])
                 obs = next_obs  # the hand-off people get wrong: after the push, not before
 
             progress.vector_steps += 1
@@ -415,7 +446,7 @@ def run_loop(
                 # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
                 if episodes.full or (log_boundary and episodes.filled):
                     progress.add_episodes(*episodes.flush())
-                if log_boundary or stop_reached(cfg, progress):
+                if log_boundary or finished(progress):
                     if progress.loss_count:
                         progress.last_loss = float(loss_sum) / progress.loss_count
                         loss_sum.zero_()

@@ -18,19 +18,28 @@ Modes (recorded as ``timer.mode``, printed with every phase table):
 
 The first ``warmup_steps`` vector steps (counted by :meth:`PhaseTimer.step_done`) are warm-up:
 their samples go to the warm-up totals, not to the statistics, and ``wall_s`` starts after them.
+Each measured vector step's wall time (from one ``step_done()`` to the next) is a sample too: its
+low percentiles are what the CI gate compares (``rlperf compare --fail-if-slower``), as other
+processes on a shared machine stretch some steps and leave the fastest ones where they were.
+
+Importing this module does not import torch, and a CPU timer never does (``device="cpu"``): the
+public :class:`PhaseTimer` costs a NumPy import in a script that does not use torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import asdict, dataclass
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from rlperf.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 PHASES = ("select", "step", "push", "train", "log")
 """The loop's phases, in loop order. Tables and records list them in this order."""
@@ -61,14 +70,35 @@ class PhaseStats:
         return asdict(self)
 
 
-def resolve_timing_mode(device: torch.device, mode: str = "auto", enabled: bool = True) -> str:
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _resolve_device(device: Any) -> Any:
+    """``device`` as a ``torch.device``; a CPU named by a string stays the string ``"cpu"`` while torch
+    is not imported (a timer in a script that does not use torch must not import it)."""
+    if isinstance(device, str) and device.strip().lower() == "cpu" and "torch" not in sys.modules:
+        return "cpu"
+    torch = _torch()
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _device_type(device: Any) -> str:
+    return device if isinstance(device, str) else str(device.type)
+
+
+def resolve_timing_mode(device: torch.device | str, mode: str = "auto", enabled: bool = True) -> str:
     """The mode a timer will actually use for ``mode`` on ``device``."""
     name = str(mode).strip().lower()
     if name not in MODES:
         raise ConfigError(f"unknown timing mode {mode!r}", hint="use " + ", ".join(MODES))
     if not enabled or name == "off":
         return "off"
-    if device.type != "cuda":
+    if _device_type(device) != "cuda":
         return "cpu"
     if name == "cpu":
         raise ConfigError(
@@ -140,12 +170,12 @@ class _SyncPhase(_Phase):
     __slots__ = ()
 
     def __enter__(self) -> _SyncPhase:
-        torch.cuda.synchronize(self._timer.device)
+        self._timer._cuda.synchronize(self._timer.device)
         self._t0 = perf_counter()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        torch.cuda.synchronize(self._timer.device)
+        self._timer._cuda.synchronize(self._timer.device)
         self._add(perf_counter() - self._t0)
 
 
@@ -157,13 +187,13 @@ class _EventPhase(_Phase):
     def __enter__(self) -> _EventPhase:
         timer = self._timer
         self._start = timer._event()
-        self._start.record(torch.cuda.current_stream(timer.device))
+        self._start.record(timer._cuda.current_stream(timer.device))
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         timer = self._timer
         end = timer._event()
-        end.record(torch.cuda.current_stream(timer.device))
+        end.record(timer._cuda.current_stream(timer.device))
         timer._pending.append((self, self._start, end))
         if len(timer._pending) >= _MAX_PENDING:
             timer.flush()
@@ -180,7 +210,7 @@ class _Annotated:
         self._range: Any = None
 
     def __enter__(self) -> _Annotated:
-        self._range = torch.profiler.record_function(self._label)
+        self._range = _torch().profiler.record_function(self._label)
         self._range.__enter__()
         self.inner.__enter__()
         return self
@@ -224,8 +254,9 @@ class PhaseTimer:
     ) -> None:
         if warmup_steps < 0:
             raise ConfigError(f"warm-up steps must be >= 0, got {warmup_steps}")
-        self.device = torch.device(device)
+        self.device = _resolve_device(device)
         self.mode = resolve_timing_mode(self.device, mode, enabled)
+        self._cuda: Any = _torch().cuda if self.mode in ("sync", "events") else None
         self.enabled = self.mode != "off"
         self.warmup_steps = int(warmup_steps)
         self.annotate = bool(annotate) and self.enabled
@@ -239,6 +270,7 @@ class PhaseTimer:
         self._wall_start: float | None = None
         self._wall_last: float | None = None
         self._not_started: dict[str, Any] = {}  # stays empty; see _enter_stage()
+        self._steps = _Phase("vector step", self)  # wall seconds of each measured vector step
         self._enter_stage()
         if not self.enabled:
             self.phase = _null_phase  # type: ignore[method-assign]
@@ -269,11 +301,15 @@ class PhaseTimer:
     def step_done(self) -> None:
         """Mark the end of one vector step (the unit of warm-up)."""
         self.steps += 1
+        now = perf_counter()
         if self._phases is self._warmup and self.steps >= self.warmup_steps:
             self._phases = self._measured
-            self._wall_start = perf_counter()
+            self._wall_start = now
             return
-        self._wall_last = perf_counter()
+        start, last = self._wall_start, self._wall_last
+        if start is not None and self._phases is self._measured:
+            self._steps._add(now - (last if last is not None and last > start else start))
+        self._wall_last = now
 
     def _count_step(self) -> None:
         """step_done() of a disabled timer: it only counts."""
@@ -305,7 +341,7 @@ class PhaseTimer:
 
     def _event(self) -> Any:
         spare = self._spare_events
-        return spare.pop() if spare else torch.cuda.Event(enable_timing=True)
+        return spare.pop() if spare else self._cuda.Event(enable_timing=True)
 
     def _add_phase(self, name: str) -> None:
         cls = _PHASE_CLASS[self.mode]
@@ -383,10 +419,20 @@ class PhaseTimer:
             )
         return out
 
+    def step_stats(self) -> dict[str, float | int] | None:
+        """Wall time per measured vector step: calls, mean, p25, p50 and p95 in ms (None before any)."""
+        s = self._steps.samples
+        if not s.shape[0]:
+            return None
+        p25, p50, p95 = np.percentile(s, (25.0, 50.0, 95.0))
+        return {"calls": int(s.shape[0]), "mean_ms": float(s.mean()) * 1e3, "p25_ms": float(p25) * 1e3,
+                "p50_ms": float(p50) * 1e3, "p95_ms": float(p95) * 1e3}
+
     def to_dict(self) -> dict[str, Any]:
         """The timing section of a run record; its ``phases`` is the record's per-phase table."""
         stats = self.stats()
         return {
+            "vector_step": self.step_stats(),
             "mode": self.mode,
             "steps": self.steps,
             "warmup_steps": self.warmup_steps,
@@ -402,10 +448,12 @@ class PhaseTimer:
 
     def state_dict(self) -> dict[str, Any]:
         """Samples and counters, loadable with ``torch.load(weights_only=True)``."""
+        torch = _torch()
         self.flush()
         warm = self._timed(self._warmup)
         return {
             "version": 1,
+            "step_samples": torch.from_numpy(self._steps.samples.copy()),
             "mode": self.mode,
             "steps": self.steps,
             "warmup_steps": self.warmup_steps,
@@ -434,11 +482,13 @@ class PhaseTimer:
                     self._add_phase(name)
                 for stage, key in ((self._measured, "samples"), (self._warmup, "warmup_samples")):
                     self._timed(stage)[name]._load(_as_float64(saved[key]))
+            if "step_samples" in state:  # checkpoints from before per-step samples have none
+                self._steps._load(_as_float64(state["step_samples"]))
         self._enter_stage()
 
 
 def _as_float64(samples: Any) -> np.ndarray:
-    if isinstance(samples, torch.Tensor):
+    if hasattr(samples, "detach"):  # a torch tensor (from a checkpoint)
         samples = samples.detach().cpu().numpy()
     return np.asarray(samples, dtype=np.float64).reshape(-1)
 

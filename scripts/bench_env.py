@@ -234,6 +234,15 @@ def time_overheads(args: argparse.Namespace, results: dict) -> None:
             )
 
 
+def sizes_between(low: int, high: int) -> list[int]:
+    """low, 4 × low, 16 × low, ... up to high."""
+    sizes = []
+    while low <= high:
+        sizes.append(low)
+        low *= 4
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -272,14 +281,9 @@ def main() -> None:
         "tensor": [],
         "gym": [],
     }
-    sizes = []
-    n = args.min_n
-    while n <= args.max_n:
-        sizes.append(n)
-        n *= 4
     kernels = [k for k in ("fused", "ops") if resolve_kernel(k if k == "ops" else "auto", device)[0] == k]
     results["kernels"] = kernels
-    time_kernels(args, device, sizes, kernels, results)
+    time_kernels(args, device, sizes_between(args.min_n, args.max_n), kernels, results)
     if args.overheads:
         time_overheads(args, results)
     if not args.no_gym:

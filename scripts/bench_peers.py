@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 
 from benchutil import emit, print_header, figure, machine_info, machine_line, package_version, save_figure, summarize
-from rlperf.config import load_config
+from rlperf.config import config_from
+from rlperf.dqn import eps_decay_steps
 
 DEFAULT_TARGETS = (2.0, 5.0, 10.0, 20.0)
 WINDOW = 100
@@ -112,7 +113,8 @@ def sb3_settings(cfg, n_envs: int, total_steps: int) -> dict:
         "train_freq": train_freq,
         "gradient_steps": gradient_steps,
         "target_update_interval": target_update_interval,
-        "exploration_fraction": min(1.0, cfg.agent.eps_decay_steps / total_steps),
+        # The decay rlperf used on this run: a fraction of --steps, or eps_decay_steps of an episode-stopped run.
+        "exploration_fraction": min(1.0, eps_decay_steps(cfg) / total_steps),
         "exploration_initial_eps": cfg.agent.eps_start,
         "exploration_final_eps": cfg.agent.eps_end,
         "max_grad_norm": cfg.agent.grad_clip or float("inf"),
@@ -256,7 +258,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
-    cfg = load_config(config)
+    cfg = config_from(config, steps=args.steps or None)
     seed = cfg.run.seed
 
     results: dict = {

@@ -89,10 +89,11 @@ def test_ratio_column_against_the_first_run() -> None:
         "phase.train",
         "env_steps_per_s",
         "updates_per_s",
+        "s_per_1000_env_steps",
         "s_per_1000_episodes",
         "mean_score",
         "peak_rss_mb",
-    ]  # no CUDA row without data
+    ]  # no CUDA row without data; seconds per 1000 env steps derived from a record that predates them
     assert row(c, "env_steps_per_s")["ratios"][0] == {
         "vs": "fast",
         "kind": "speedup",
@@ -101,6 +102,8 @@ def test_ratio_column_against_the_first_run() -> None:
         "inside_noise": None,
     }
     assert row(c, "s_per_1000_episodes")["ratios"][0]["value"] == pytest.approx(12.5)  # lower is better: a speed-up too
+    assert row(c, "s_per_1000_env_steps")["cells"][0]["median"] == pytest.approx(1.0)
+    assert row(c, "s_per_1000_env_steps")["ratios"][0]["value"] == pytest.approx(12.5)
     assert row(c, "phase.train")["ratios"][0]["value"] == 8.0
     assert row(c, "mean_score")["ratios"][0]["value"] == 0.5  # a difference
     assert row(c, "peak_rss_mb")["ratios"][0]["value"] == pytest.approx(-0.2)  # a change
@@ -254,6 +257,10 @@ def test_run_dirs_and_run_json_with_a_config(
         (["compare", "{config}", "{config}", "--repeats", "0"], "--repeats must be at least 1 (got 0)"),
         (["compare", "{run}"], "compare needs at least two runs"),
         (["compare", "{config}", "--vs", "train.train_ratioo=2"], "unknown config key 'train.train_ratioo'"),
+        # Every variant is checked before the first run, not when its turn comes.
+        (["compare", "{config}", "--vs", "train.train_ratio=2", "--vs", "train.amp=fp16"],
+         "train.amp=fp16: train.amp=fp16 needs a CUDA device"),
+        (["compare", "{config}", "--vs", "buffer.capacity=1000000000000"], "buffer.capacity=1000000000000: "),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

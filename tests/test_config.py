@@ -297,3 +297,23 @@ def test_flat_keys_cover_every_field(default: Config) -> None:
     assert set(keys) == set(descriptions())
     assert keys["env.num_envs"] == 256 and keys["agent.hidden"] == [256, 256]
     assert all(descriptions().values()), "every field has a description"
+
+
+# --- ε decay: absolute steps or a fraction of the run ------------------------------------------
+
+
+def test_eps_decay_fraction_applies_when_the_run_length_is_known() -> None:
+    from rlperf.dqn import eps_decay_steps, epsilon_at
+
+    by_steps = config_from(None, steps=30_000)  # default.toml: eps_decay_fraction = 0.25
+    assert by_steps.agent.eps_decay_fraction == 0.25 and eps_decay_steps(by_steps) == 7_500
+    assert epsilon_at(by_steps, 0) == 1.0 and epsilon_at(by_steps, 7_500) == pytest.approx(0.01)
+    by_episodes = config_from(None)  # 5000 episodes: the length in env steps is unknown
+    assert eps_decay_steps(by_episodes) == 100_000
+    # Absolute steps alone switch the fraction off (as --episodes alone clears --steps)...
+    absolute = config_from(None, ["agent.eps_decay_steps=20000"], steps=30_000)
+    assert absolute.agent.eps_decay_fraction == 0.0 and eps_decay_steps(absolute) == 20_000
+    # ...and both given keep both.
+    both = config_from(None, ["agent.eps_decay_steps=20000", "agent.eps_decay_fraction=0.5"], steps=30_000)
+    assert eps_decay_steps(both) == 15_000
+    assert "agent.eps_decay_fraction" in config_error(config_from, None, ["agent.eps_decay_fraction=1.5"])

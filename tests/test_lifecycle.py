@@ -227,13 +227,13 @@ def test_a_second_signal_during_the_final_write_is_ignored(tmp_path: Path, monke
 
 
 def test_a_signal_before_the_run_starts_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = runner.make_env
+    real = runner.build_env
 
-    def make_env(*args: Any, **kwargs: Any) -> Any:
+    def build_env(*args: Any, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "make_env", make_env)
+    monkeypatch.setattr(runner, "build_env", build_env)
     cfg = config_from("smoke", ["run.threads=1", "run.device=cpu"])
     with pytest.raises(runner.RunInterrupted) as exc:
         train_run(cfg, out=tmp_path / "out", quiet=True, dashboard=False)

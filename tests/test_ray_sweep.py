@@ -37,8 +37,9 @@ def tiny():
 
 
 def test_ray_sweep_runs_trials_and_records_a_failure(local_ray, tmp_path: Path) -> None:
-    # Two real trials, plus a third whose buffer cannot fit in memory: it passes validation and
-    # fails inside its Ray worker, where train_run refuses it. One Tune run keeps the test short.
+    # Two real trials, plus a third whose buffer cannot fit in memory: its values are valid, and only
+    # a node can judge its memory, so it fails inside its Ray worker, where train_run refuses it.
+    # One Tune run keeps the test short.
     events = []
     axis = Axis("buffer.capacity", ("5000", "6000", "1000000000000"))
     result = run_sweep(tiny(), [axis], out=tmp_path, backend="ray", trial_cpus=1,

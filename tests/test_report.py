@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlperf.report.tables import phase_table, render_to_str, summary_table
@@ -96,3 +97,36 @@ def test_render_to_str_is_plain_text() -> None:
     text = render_to_str(phase_table(PHASE_DATA), width=80)
     assert "\x1b[" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def _intervals(lengths: list[float], us_per_step: list[float], steps: int = 2560) -> list[dict]:
+    """A record's intervals for a run whose episodes have these lengths and cost per env step."""
+    rows, wall, total = [], 0.0, 0
+    for length, us in zip(lengths, us_per_step, strict=True):
+        total += steps
+        wall += steps * us * 1e-6
+        rows.append({"env_steps": total, "wall_s": wall, "episodes": round(steps / length),
+                     "mean_episode_length": length, "s_per_1000_env_steps": us * 1e-3})
+    return rows
+
+
+def test_time_per_episode_splits_into_its_two_factors() -> None:
+    from rlperf.report.stats import episode_split
+    from rlperf.report.tables import episode_growth_line
+
+    # Episodes 5x longer, cost per env step flat: the seed's "14x slower than linear" that is not a slowdown.
+    longer = _intervals([14, 14, 14, 14, 30, 50, 70, 70, 70, 70], [37] * 10)
+    split = episode_split(longer)
+    assert split is not None
+    assert split["growth"]["steps_per_episode"] == pytest.approx(5.0, rel=0.02)
+    assert split["growth"]["s_per_env_step"] == pytest.approx(1.0)
+    assert split["growth"]["s_per_episode"] == pytest.approx(5.0, rel=0.02)
+    line = episode_growth_line({"intervals": longer})
+    assert line is not None and "episodes got longer" in line and "§19" in line and "×1.00" in line
+    # Same episode length, each env step 3x dearer: a real slowdown, said so.
+    slower = _intervals([20] * 10, [30, 30, 30, 40, 50, 60, 70, 80, 90, 90])
+    line = episode_growth_line({"intervals": slower})
+    assert line is not None and "each env step got slower" in line and "steps per episode ×1.00" in line
+    # Flat run, or too few intervals: nothing to say.
+    assert episode_growth_line({"intervals": _intervals([20] * 10, [30] * 10)}) is None
+    assert episode_split(longer[:5]) is None

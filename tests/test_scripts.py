@@ -180,3 +180,12 @@ def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
                           text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "CUDA is not available" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_bench_gate_quick() -> None:
+    result = run_script("bench_gate.py", "--quick", "--json")
+    for kind in ("identical", "planted"):
+        r = result[kind]
+        assert r["trials"] == 2 and 0 <= r["fail"] <= 2 and r["wall_s_per_verdict"] > 0
+        assert 0 <= r["rate_ci95"][0] <= r["rate"] <= r["rate_ci95"][1] <= 1 and len(r["p_values"]) == 2
+    assert result["settings"]["plant"] == 0.15 and "Mann–Whitney" in result["test"]

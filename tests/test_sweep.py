@@ -93,18 +93,15 @@ def test_grid_2x2_with_repeats(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "sweep: 8 trials" in err
 
 
-def test_invalid_grid_point_fails_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # batch_size 8000 exceeds smoke's buffer.capacity (5000): only that grid point is invalid.
+def test_every_grid_point_is_validated_before_the_first_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # batch_size 8000 exceeds smoke's buffer.capacity (5000): the second point is refused, and the
+    # first, valid, one does not run either.
     code, out, err = run_cli(
-        ["sweep", *TINY, "--param", "buffer.batch_size=16,8000", "--out", str(tmp_path), "--json"], capsys
+        ["sweep", *TINY, "--param", "buffer.batch_size=16,8000", "--out", str(tmp_path / "runs"), "--json"], capsys
     )
-    assert code == 1
-    data = json.loads(out)  # --json: stdout is one JSON document
-    ok, bad = data["trials"]
-    assert ok["status"] == "completed" and ok["env_steps_per_s"] > 0
-    assert bad["status"] == "failed" and "buffer.capacity" in bad["error"] and bad["run_dir"] is None
-    assert data["summary"][1]["completed"] == 0
-    assert "1 failed" in err
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "sweep point batch_size=8000: buffer.capacity (5000) is smaller than buffer.batch_size (8000)" in err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_injected_failure_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,6 +175,10 @@ def test_split_values_keeps_lists_whole() -> None:
         (["--train-ratio", "1,2", "--repeats", "0"], "--repeats must be at least 1"),
         ([], "nothing to sweep"),
         (["--train-ratio", "1,2", "--backend", "slurm"], "unknown sweep backend 'slurm'"),
+        (["--train-ratio", "a,b"], 'sweep point train_ratio=a: train.train_ratio = "a" is invalid'),
+        (["--train-ratio", "1,-2"], "sweep point train_ratio=-2: train.train_ratio = -2"),
+        (["--param", "train.amp=off,fp16"], "sweep point amp=fp16: train.amp=fp16 needs a CUDA device"),
+        (["--param", "buffer.capacity=1000,1000000000000"], "sweep point capacity=1000000000000:"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

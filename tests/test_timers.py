@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -322,3 +324,27 @@ def test_sync_mode_synchronizes_at_every_edge(monkeypatch: pytest.MonkeyPatch) -
     assert len(calls) == 2 * entries
     assert set(map(str, calls)) == {"cuda:0"}
     assert timer.stats()["log"].calls == 6
+
+
+def test_each_measured_vector_step_is_a_wall_time_sample() -> None:
+    timer = PhaseTimer("cpu", warmup_steps=2)
+    for i in range(7):
+        with timer.phase("step"):
+            time.sleep(0.002 if i != 5 else 0.02)
+        timer.step_done()
+    stats = timer.step_stats()
+    assert stats is not None and stats["calls"] == 5  # the 2 warm-up steps are not samples
+    assert 2.0 <= stats["p50_ms"] < 10.0 < stats["p95_ms"] and stats["mean_ms"] > stats["p50_ms"]
+    assert timer.to_dict()["vector_step"] == stats
+    resumed = PhaseTimer("cpu", warmup_steps=2)
+    resumed.load_state_dict(timer.state_dict())
+    assert resumed.step_stats() == stats
+    assert PhaseTimer("cpu", enabled=False).step_stats() is None
+
+
+def test_a_cpu_timer_does_not_import_torch() -> None:
+    code = ("import sys\nfrom rlperf.timers import PhaseTimer\nt = PhaseTimer('cpu')\n"
+            "with t.phase('step'):\n    pass\nt.step_done()\nt.to_dict()\nprint('torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

@@ -24,7 +24,7 @@ from rlperf.timers import PHASES
 
 TINY = ["-c", "smoke", "--set", "run.device=cpu", "--set", "run.threads=1"]
 RECORD_KEYS = {"schema", "kind", "name", "run_dir", "status", "command", "started_at", "resumed", "config", "system",
-               "timing", "totals", "throughput", "phases", "learning", "memory", "checkpoint", "files", "env"}
+               "timing", "totals", "throughput", "phases", "intervals", "learning", "memory", "checkpoint", "files", "env"}
 PHASE_KEYS = {"total_s", "share", "calls", "mean_ms", "p50_ms", "p95_ms"}
 
 
@@ -85,7 +85,8 @@ def test_record_has_every_section(json_run: tuple[int, str, Path]) -> None:
     assert math.isclose(sum(s["share"] for s in r["phases"].values()), 1.0, rel_tol=1e-6)
 
     t = r["throughput"]
-    assert {"env_steps_per_s", "updates_per_s", "episodes_per_s", "s_per_1000_episodes", "replay_ratio"} <= set(t)
+    assert {"env_steps_per_s", "updates_per_s", "episodes_per_s", "s_per_1000_env_steps", "s_per_1000_episodes",
+            "replay_ratio"} <= set(t)
     assert t["env_steps_per_s"] > 0
     assert math.isclose(t["replay_ratio"], totals["updates"] * 32 / 480)
 
@@ -124,6 +125,21 @@ def test_metrics_csv_has_a_row_per_log_interval(json_run: tuple[int, str, Path])
     epsilons = [float(row["epsilon"]) for row in rows]
     assert epsilons == sorted(epsilons, reverse=True)
     assert math.isfinite(float(rows[-1]["loss"]))
+
+    # Episode length per interval: the rows and the record's intervals agree with the totals.
+    intervals = record["intervals"]
+    assert [i["env_steps"] for i in intervals] == [int(row["env_steps"]) for row in rows]
+    assert sum(i["episodes"] for i in intervals) == record["totals"]["episodes"]
+    lengths = [(i["episodes"], i["mean_episode_length"]) for i in intervals if i["episodes"]]
+    assert sum(n * m for n, m in lengths) / sum(n for n, _ in lengths) == pytest.approx(
+        record["learning"]["mean_episode_length"])
+    for row, interval in zip(rows, intervals, strict=True):
+        assert (row["mean_episode_length"] == "") == (interval["mean_episode_length"] is None)
+        if interval["mean_episode_length"] is not None:
+            assert float(row["mean_episode_length"]) == pytest.approx(interval["mean_episode_length"])
+        assert interval["s_per_1000_env_steps"] > 0
+    t = record["throughput"]
+    assert t["s_per_1000_env_steps"] == pytest.approx(1000 / t["env_steps_per_s"])
 
 
 def test_checkpoint_loads_safely_and_matches_the_record(json_run: tuple[int, str, Path]) -> None:

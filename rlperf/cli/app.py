@@ -38,6 +38,8 @@ class OneLineUsageErrors(TyperCommand):
     like every other bad input, instead of click's usage block."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # Whether a command line was given after "--" (rlperf profile -- python train.py): click drops the "--".
+        ctx.meta["rlperf.after_dashdash"] = args[args.index("--") + 1:] if "--" in args else None
         try:
             return super().parse_args(ctx, args)
         except typer.TyperException as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,19 +24,32 @@ def compare(
         help="Run directories, run.json files or configs (.toml) to run now.", show_default=False)] = None,
     vs: Annotated[list[str] | None, typer.Option(
         "--vs", help="A variant of the one config argument: --vs buffer.push=loop (repeatable).")] = None,
-    repeats: Annotated[int, typer.Option(
-        "--repeats", help="Runs per config (≥ 3 shows the noise); repeat k uses seed + k.")] = 1,
+    repeats: Annotated[int | None, typer.Option(
+        "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 5 for the gate); repeat k uses seed + k.",
+        show_default=False)] = None,
+    candidate: Annotated[list[str] | None, typer.Option(
+        "--candidate", help="The gate: a config to run now, or run records, against the baseline (the arguments).",
+        show_default=False)] = None,
+    fail_if_slower: Annotated[str | None, typer.Option(
+        "--fail-if-slower", metavar="PCT", help="The gate: exit 1 when the candidate is slower than the baseline by more "
+        "than PCT (e.g. 5%) beyond the noise (one-sided exact Mann–Whitney U, p < 0.05); else 0.")] = None,
+    gate_metric: Annotated[str, typer.Option(
+        "--gate-metric", help="step-p25: time per env step at the p25 vector step (robust on shared machines); "
+        "step-median: at the median step; throughput: mean env steps/s.")] = "step-p25",
     *,
     run: RunArgs,
 ) -> None:
-    """Compare runs side by side: phase times, throughput, score, memory, and ratios to the first."""
+    """Compare runs side by side: phase times, throughput, score, memory, and ratios to the first.
+
+    As a CI gate: rlperf compare BASELINE --candidate CONFIG --fail-if-slower 5% exits 1 only when the
+    candidate is slower by more than 5% beyond the noise, 0 otherwise, 2 on bad input."""
     from rlperf.experiments.compare import compare as build_comparison
     from rlperf.experiments.compare import load_sources, run_sources
     from rlperf.report.dashboard import RunsProgress
 
     from rlperf.run.files import check_run_name
 
-    if repeats < 1:
+    if repeats is not None and repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
     check_run_name(run.name)
     args = list(runs or [])
@@ -45,6 +58,10 @@ def compare(
 
     def make_config(path: str) -> Config:
         return run.build_config(path)
+
+    if candidate or fail_if_slower is not None or gate_metric != "step-p25":
+        _gate(args, candidate or [], fail_if_slower, gate_metric, repeats, vs or [], make_config, run)
+    repeats = repeats or 1
 
     sources = load_sources(args, vs or [], make_config)
     to_run = sum(repeats for s in sources if s.config is not None)
@@ -84,3 +101,74 @@ def compare(
         if interrupted:
             print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: str | None, metric: str,
+          repeats: int | None, vs: list[str], make_config: Any, run: RunArgs) -> None:
+    """``--candidate ... --fail-if-slower PCT``: run or read both sides, print the table and the verdict, exit 0 or 1."""
+    from rlperf.experiments import gate
+    from rlperf.experiments.compare import compare as build_comparison
+    from rlperf.report.dashboard import RunsProgress
+
+    if not candidate_args:
+        raise RlperfError("--fail-if-slower needs --candidate", hint="rlperf compare BASELINE --candidate CONFIG "
+                          "--fail-if-slower 5%")
+    if fail_if_slower is None:
+        raise RlperfError("--candidate is the CI gate: give its threshold", hint="add --fail-if-slower 5%")
+    if vs:
+        raise RlperfError("--vs does not combine with --candidate", hint="give the candidate as a config or records")
+    if metric not in gate.METRICS:
+        raise RlperfError(f"unknown --gate-metric {metric!r}", hint=f"use {' or '.join(gate.METRICS)}")
+    threshold = gate.parse_threshold(fail_if_slower)
+    repeats = repeats or gate.DEFAULT_REPEATS
+    baseline = gate.load_side(baseline_args, "baseline", make_config)
+    candidate = gate.load_side(candidate_args, "candidate", make_config)
+    gate.check_records(baseline + candidate, metric)
+    counts = [repeats if side[0].config is not None else len(side) for side in (baseline, candidate)]
+    if gate.min_p(*counts) >= gate.ALPHA:
+        raise RlperfError(f"{counts[0]} baseline and {counts[1]} candidate runs cannot show a slowdown at p < "
+                          f"{gate.ALPHA:g}", hint="run each side at least 4 times (--repeats 5 is the default), or pass "
+                          "more baseline records")
+    to_run = sum(repeats for side in (baseline, candidate) if side[0].config is not None)
+    progress = None if run.quiet or run.json_ or not to_run else RunsProgress("gate", to_run)
+
+    def on_run(label: str, repeat: int, event: str) -> None:
+        assert progress is not None
+        if event == "start":
+            progress.started_run(f"{label} (repeat {repeat})")
+        else:
+            progress.finished_run()
+
+    stop = command_stop()
+    stop.arm()  # a signal stops the run in progress at a step boundary; no verdict then
+    with progress or contextlib.nullcontext():
+        base, cand, interrupted = gate.gather(baseline, candidate, repeats, metric, out=run.out, name=run.name,
+                                              command=sys.argv, on_run=on_run if progress else None, stop=stop)
+    if interrupted:
+        with rendering():
+            print("compare: interrupted; no verdict", file=sys.stderr)
+        raise typer.Exit(stop.exit_code)
+    b, c = gate.samples(base, metric), gate.samples(cand, metric)
+    if gate.min_p(len(b), len(c)) >= gate.ALPHA:
+        raise RlperfError(f"only {len(b)} baseline and {len(c)} candidate runs completed: too few for a verdict",
+                          hint="see the runs' records for why the others did not complete")
+    result = gate.verdict(b, c, threshold, metric)
+    comparison = build_comparison([base, cand])
+    result["baseline"] = {"source": base.source, "samples_s_per_env_step": b,
+                          "run_dirs": [r.get("run_dir") for r in base.records]}
+    result["candidate"] = {"source": cand.source, "samples_s_per_env_step": c,
+                           "run_dirs": [r.get("run_dir") for r in cand.records]}
+    result["warnings"] = comparison["warnings"]
+    result["comparison"] = comparison
+    with rendering():
+        if run.json_:
+            sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        else:
+            from rlperf.experiments.compare import compare_table
+            from rlperf.report.tables import print_table
+
+            print_table(compare_table(comparison, title="gate"))
+            print(gate.verdict_line(result))
+            for warning in comparison["warnings"]:
+                print(f"warning: {warning}", file=sys.stderr)
+    raise typer.Exit(result["exit_code"])

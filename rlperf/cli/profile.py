@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,9 +17,13 @@ from rlperf.errors import RlperfError
 DEFAULT_EPISODES = 100
 
 
-@command()
+@command(context_settings={"allow_interspersed_args": False})
 @run_options()
 def profile(
+    ctx: typer.Context,
+    script: Annotated[list[str] | None, typer.Argument(
+        metavar="[-- python SCRIPT [ARGS]...]", show_default=False,
+        help="Profile your own script instead: -- python train.py ARGS, or -- python -m package.module ARGS.")] = None,
     tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tb.")] = False,
     top: Annotated[int, typer.Option("--top", help="Functions and ops to list.")] = 20,
     sort: Annotated[str, typer.Option("--sort", help="cProfile order: cumtime, tottime or ncalls.")] = "cumtime",
@@ -27,28 +32,40 @@ def profile(
     py_spy: Annotated[bool, typer.Option(
         "--py-spy", help="Run under py-spy record; saves pyspy.svg and pyspy.speedscope.json.")] = False,
     native: Annotated[bool, typer.Option("--native", help="With --py-spy: also sample native (C/C++) frames.")] = False,
+    verify: Annotated[int, typer.Option(
+        "--verify", metavar="K", help="Run the top K findings' compare lines (3 interleaved repeats each) and print the "
+        "measured gain beside each estimate.")] = 0,
     pyspy_child: Annotated[str | None, typer.Option(
         "--pyspy-child", hidden=True, help="Internal: run as the py-spy child, write the record here.")] = None,
     *,
     run: RunArgs,
 ) -> None:
     """Where does the time go, and what to do about it: a train run (100 episodes unless --episodes or
-    --steps) under cProfile and optionally torch.profiler and py-spy, with the advisor's findings."""
-    from rlperf.cli.train import emit
-    from rlperf.instruments.advisor import VerifyBase
-    from rlperf.instruments.profiling import (
-        ProfileOptions, check_runnable, child_failed, profile_run, profile_under_pyspy, stop_with_parent,
-        write_profiled_record,
-    )
-    from rlperf.report.profile import notes, render_profile
-    from rlperf.run.files import check_run_name, write_json_atomic
-    from rlperf.run.lifecycle import exit_code
+    --steps) under cProfile and optionally torch.profiler and py-spy, with the advisor's findings.
+
+    rlperf profile [OPTIONS] -- python SCRIPT [ARGS] profiles your own script the same way: its phase
+    table when it uses rlperf.PhaseTimer, its top functions with your code marked, and the advisor."""
+    from rlperf.instruments.profilers import ProfileOptions
 
     options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_)
     options.check()
     if native and not py_spy:
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
+    if verify < 0:
+        raise RlperfError(f"--verify must be 0 or more, got {verify}")
+    from rlperf.run.files import check_run_name
+
     check_run_name(run.name)
+    if script:
+        _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
+
+    # rlperf's own loop (the imports that bring torch in come here, after the script's branch).
+    from rlperf.cli.train import emit
+    from rlperf.instruments.advisor import VerifyBase
+    from rlperf.instruments.profiling import check_runnable, profile_run, write_profiled_record
+    from rlperf.report.profile import notes, render_profile
+    from rlperf.run.lifecycle import exit_code
+
     if run.episodes is None and run.steps is None:
         run.episodes = DEFAULT_EPISODES
     cfg = run.build_config()
@@ -63,15 +80,7 @@ def profile(
     stop = command_stop()
 
     if pyspy_child:  # the py-spy child: run, and hand the record to the parent in a file
-        stop_with_parent()
-        try:
-            result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet,
-                                 dashboard=not run.quiet, options=options, stop=stop)
-            write_json_atomic(pyspy_child, result.record)
-        except RlperfError as exc:
-            child_failed(pyspy_child, exc.exit_code)
-            raise
-        raise typer.Exit(result.exit_code)
+        _run_pyspy_child(cfg, pyspy_child, options, argv, run, stop)
 
     record: dict[str, Any] | None = None
     skipped: str | None = None
@@ -82,14 +91,7 @@ def profile(
         child_args += (["--name", run.name] if run.name else []) + ([] if cprofile else ["--no-cprofile"])
         child_args += (["--torch"] if torch_ else []) + (["--tensorboard"] if tensorboard else [])
         child_args += ["--quiet"] if (run.quiet or run.json_) else []
-        stop.arm()
-        ran, skipped = profile_under_pyspy(child_args, run.out, native, stop)
-        if ran is not None and ran.child_exit is not None:  # the child failed on its own and said why
-            raise typer.Exit(ran.child_exit)
-        record = ran.record if ran is not None else None
-        if skipped:
-            with rendering():
-                print(f"rlperf: py-spy skipped: {skipped}", file=sys.stderr)
+        record, skipped = _run_pyspy_parent(child_args, run.out, native, stop)
     if record is None:
         result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet or run.json_,
                              dashboard=not run.json_, options=options, stop=stop)
@@ -99,9 +101,10 @@ def profile(
         if code == 0 and stop():  # the child's run completed; the signal cut its overhead replay short
             code = stop.exit_code
     record["command"] = argv
-    record["profile"]["options"].update(py_spy=py_spy, native=native)
+    record["profile"]["options"].update(py_spy=py_spy, native=native, verify=verify)
     if py_spy and skipped:
         record["profile"]["py_spy"] = {"skipped": skipped}
+    code = _verify_top(record, cfg, verify, run, stop) or code
     write_profiled_record(record, Path(record["run_dir"]))
 
     with rendering():
@@ -112,3 +115,88 @@ def profile(
         for note in notes(record):
             print(f"rlperf: {note}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def _run_pyspy_child(cfg: Any, record_path: str, options: Any, argv: list[str], run: RunArgs, stop: Any) -> None:
+    """The py-spy child: run under the instruments and hand the record to the parent in a file."""
+    from rlperf.instruments.profiling import child_failed, profile_run, stop_with_parent
+    from rlperf.run.files import write_json_atomic
+
+    stop_with_parent()
+    try:
+        result = profile_run(cfg, out=run.out, name=run.name, command=argv, quiet=run.quiet,
+                             dashboard=not run.quiet, options=options, stop=stop)
+        write_json_atomic(record_path, result.record)
+    except RlperfError as exc:
+        child_failed(record_path, exc.exit_code)
+        raise
+    raise typer.Exit(result.exit_code)
+
+
+def _run_pyspy_parent(child_args: list[str], out: Any, native: bool, stop: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The run as a child under py-spy: its record (None: run it in-process) and why py-spy was skipped."""
+    from rlperf.instruments.profiling import profile_under_pyspy
+
+    stop.arm()
+    ran, skipped = profile_under_pyspy(child_args, out, native, stop)
+    if ran is not None and ran.child_exit is not None:  # the child failed on its own and said why
+        raise typer.Exit(ran.child_exit)
+    if skipped:
+        with rendering():
+            print(f"rlperf: py-spy skipped: {skipped}", file=sys.stderr)
+    return (ran.record if ran is not None else None), skipped
+
+
+def _verify_top(record: dict[str, Any], cfg: Any, verify: int, run: RunArgs, stop: Any) -> int:
+    """``--verify K`` after a completed run: the findings gain their measured gains; the exit code a
+    signal during it sets (0: none)."""
+    if not verify or record["status"] != "completed" or stop():
+        return 0
+    record["profile"]["verify"] = _verify(record, cfg, verify, run, stop)
+    return stop.exit_code if stop() else 0
+
+
+def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs, stop: Any) -> dict[str, Any]:
+    """``--verify K``: the top K findings' compare lines, with a progress bar unless quiet."""
+    import contextlib
+
+    from rlperf.instruments.profiling import VERIFY_REPEATS, verify_findings
+    from rlperf.report.dashboard import RunsProgress
+
+    with_knob = [f for f in record["profile"]["advisor"]["findings"] if f.get("knob")][:k]
+    total = (len(with_knob) + 1) * VERIFY_REPEATS if with_knob else 0
+    progress = None if run.quiet or run.json_ or not total else RunsProgress("verify", total)
+
+    def on_run(label: str, repeat: int, event: str) -> None:
+        assert progress is not None
+        if event == "start":
+            progress.started_run(f"{label} (repeat {repeat})")
+        else:
+            progress.finished_run()
+
+    with progress or contextlib.nullcontext():
+        return verify_findings(record, cfg, k, out=run.out, on_run=on_run if progress else None, stop=stop)
+
+
+def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy: bool, native: bool, verify: int,
+                    tensorboard: bool, run: RunArgs) -> None:
+    """``rlperf profile [OPTIONS] -- python SCRIPT [ARGS]``: your script under the instruments; exits with its code."""
+    from rlperf.instruments.script import parse_script_command, profile_script
+    from rlperf.report.profile import render_script_profile
+
+    if ctx.meta.get("rlperf.after_dashdash") != script:
+        raise RlperfError(f"unexpected argument {script[0]!r}", hint="put your command after --: rlperf profile -- "
+                          "python train.py")
+    ignored = [flag for flag, on in (("--config", run.config is not None), ("--set and the run flags", run.given),
+                                     ("--verify", verify > 0), ("--tensorboard", tensorboard)) if on]
+    if ignored:
+        raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
+                          hint="set your script's options after --")
+    target = parse_script_command(script)
+    result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
+                            quiet_stdout=run.json_, command=list(sys.argv))
+    if run.json_:
+        sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
+    else:
+        render_script_profile(result.record, run.quiet)
+    raise typer.Exit(result.exit_code)

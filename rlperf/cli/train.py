@@ -57,11 +57,14 @@ def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
         return
     from rich.console import Console
 
-    from rlperf.report.tables import phase_table, summary_table
+    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
 
     console = Console()
     console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
     console.print(summary_table(record))
+    growth = episode_growth_line(record)
+    if growth:
+        console.print(growth, highlight=False, markup=False)
     line = status_line(record, quiet)
     if line:
         print(line, file=sys.stderr)
@@ -75,7 +78,9 @@ def status_line(record: dict[str, Any], quiet: bool) -> str | None:
     if status in ("failed", "diverged"):
         line += f" ({record.get('error', 'see run.json')})"
     config = record.get("config", {})
-    resumable = config.get("run", {}).get("mode") != "async" and config.get("env", {}).get("backend", "tensor") == "tensor"
+    env = config.get("env", {})
+    resumable = (config.get("run", {}).get("mode") != "async" and env.get("backend", "tensor") == "tensor"
+                 and env.get("id", "rlperf/Snake-v0") == "rlperf/Snake-v0")
     if status == "interrupted" and record.get("checkpoint") and resumable:
         line += f"; continue with: rlperf train --resume {record.get('run_dir', '')}"
     if record.get("recovered"):

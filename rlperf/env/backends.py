@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from rlperf.env.gym_env import SNAKE_ID, GymnasiumEnv, env_spaces
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import VectorSnake, resolve_kernel
+from rlperf.env.vector import N_ACTIONS, VectorSnake, observation_shape, resolve_kernel
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 
@@ -89,12 +90,16 @@ def make_env(
     initial_length: int = 3,
     hunger: int | None = None,
     kernel: str = "auto",
-) -> VectorSnake | GymVectorBackend:
-    """Build the training env for ``backend`` with the same rules and observation everywhere.
+    env_id: str = SNAKE_ID,
+) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
+    """Build the training env for ``backend`` with the same rules and observation everywhere; an
+    ``env_id`` other than Snake's is that Gymnasium env (:class:`~rlperf.env.gym_env.GymnasiumEnv`).
 
     ``kernel`` (``env.kernel``) picks VectorSnake's step kernel; it does not apply to the Gymnasium
     backends. Either env's ``kernel_info`` says which kernel runs and why (for the run record).
     """
+    if env_id != SNAKE_ID:
+        return GymnasiumEnv(env_id, backend, num_envs, device)
     kwargs: dict[str, Any] = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=initial_length, hunger=hunger)
     if backend == "tensor":
         # The trainer reads each step's results before the next one: the env's buffers, no copies.
@@ -104,10 +109,30 @@ def make_env(
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
-def planned_kernel(backend: str, kernel: str, device: torch.device, flood_fill: str, size: int) -> dict[str, str | None]:
+def planned_kernel(
+    backend: str, kernel: str, device: torch.device, flood_fill: str, size: int, env_id: str = SNAKE_ID
+) -> dict[str, str | None]:
     """The ``kernel_info`` an env built with these settings will have, without building one
     (for records of runs whose envs live in other processes)."""
+    if env_id != SNAKE_ID:
+        return {"kernel": None, "reason": f"env.id={env_id} is not rlperf's Snake (env.kernel does not apply)"}
     if backend != "tensor":
         return {"kernel": None, "reason": f"env.backend={backend} steps single-board SnakeEnvs (env.kernel does not apply)"}
     name, reason = resolve_kernel(kernel, device, flood_fill, size)
     return {"kernel": name, "reason": reason}
+
+
+def env_spec(cfg: Any) -> tuple[tuple[int, ...], int]:
+    """(observation shape, number of actions) of a config's env: Snake's from its keys, another
+    Gymnasium env's from its spaces (a one-line ConfigError when it does not fit)."""
+    e = cfg.env
+    if e.id == SNAKE_ID:
+        return observation_shape(e.size, e.obs, e.flood_fill), N_ACTIONS
+    return env_spaces(e.id)
+
+
+def build_env(cfg: Any, device: torch.device) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
+    """The training env of a config (:func:`make_env` with its keys)."""
+    e = cfg.env
+    return make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
+                    initial_length=e.initial_length, hunger=e.hunger or None, kernel=e.kernel, env_id=e.id)

@@ -89,6 +89,7 @@ from rlperf.errors import ConfigError, InvalidActionError, ResetNeededError
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
 # Relative action -> change of heading: straight, turn right, turn left.
 ACTION_TURNS = (0, 1, 3)
+N_ACTIONS = len(ACTION_TURNS)
 OBS_MODES = ("features", "grid")
 FLOOD_FILL_MODES = ("off", "bfs", "tensor")
 KERNELS = ("auto", "ops", "fused")

@@ -63,14 +63,24 @@ class Metric:
     kind: str  # rate | seconds | memory | score
     better: str  # higher | lower
     ratio: str  # speedup | delta | change
+    # How to derive the value from a record that predates its field (None: not derivable).
+    derive: Callable[[Mapping[str, Any]], float | None] | None = None
 
     def value(self, record: Mapping[str, Any]) -> float | None:
         node: Any = record
         for part in self.path:
             if not isinstance(node, Mapping):
-                return None
+                node = None
+                break
             node = node.get(part)
+        if not is_number(node) and self.derive is not None:
+            node = self.derive(record)
         return float(node) if is_number(node) else None
+
+
+def _per_1000_env_steps(record: Mapping[str, Any]) -> float | None:
+    rate = (record.get("throughput") or {}).get("env_steps_per_s")
+    return 1000.0 / rate if is_number(rate) and rate > 0 else None
 
 
 def phase_metric(name: str) -> Metric:
@@ -80,6 +90,8 @@ def phase_metric(name: str) -> Metric:
 THROUGHPUT = (
     Metric("env_steps_per_s", "env steps/s", ("throughput", "env_steps_per_s"), "rate", "higher", "speedup"),
     Metric("updates_per_s", "updates/s", ("throughput", "updates_per_s"), "rate", "higher", "speedup"),
+    Metric("s_per_1000_env_steps", "s / 1000 env steps", ("throughput", "s_per_1000_env_steps"), "seconds", "lower",
+           "speedup", _per_1000_env_steps),
     Metric("s_per_1000_episodes", "s / 1000 episodes", ("throughput", "s_per_1000_episodes"), "seconds", "lower", "speedup"),
 )
 SCORE = Metric("mean_score", "mean score (last 100)", ("learning", "mean_score_last_100"), "score", "higher", "delta")
@@ -345,26 +357,9 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
         )
     sources: list[Source] = []
     for arg in args:
-        path = Path(arg)
-        if is_config_argument(arg):
-            sources.append(Source(_unique(path.stem, sources), arg, config=make_config(arg)))
-        elif not path.exists():
-            raise RlperfError(
-                f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config"
-            )
-        elif path.is_dir() and not (path / RECORD_NAME).is_file():
-            if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
-                raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
-                                  hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
-            raise RlperfError(
-                f"{arg} is not a run directory (no {RECORD_NAME})",
-                hint="pass a directory written by rlperf train, or a .toml config",
-            )
-        else:
-            record = read_record(path)
-            check_comparable_record(record, path / RECORD_NAME if path.is_dir() else path)
-            label = str(record.get("name") or (path.name if path.is_dir() else path.parent.name))
-            sources.append(Source(_unique(label, sources), arg, record=record))
+        source = source_from(arg, make_config)
+        source.label = _unique(source.label, sources)
+        sources.append(source)
     for item in vs:
         if "=" not in item:
             raise RlperfError(f"--vs {item!r} has no '='", hint="write --vs section.key=value, e.g. --vs train.train_ratio=4")
@@ -384,6 +379,27 @@ def load_sources(args: Sequence[str], vs: Sequence[str], make_config: Callable[[
     return sources
 
 
+def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
+    """One argument as a source: a config to run (``make_config`` applies the run options), or the
+    record of a run directory or ``run.json``; a one-line error for anything else."""
+    path = Path(arg)
+    if is_config_argument(arg):
+        return Source(path.stem, arg, config=make_config(arg))
+    if not path.exists():
+        raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
+    if path.is_dir() and not (path / RECORD_NAME).is_file():
+        if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
+            raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
+                              hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
+        raise RlperfError(
+            f"{arg} is not a run directory (no {RECORD_NAME})",
+            hint="pass a directory written by rlperf train, or a .toml config",
+        )
+    record = read_record(path)
+    check_comparable_record(record, path / RECORD_NAME if path.is_dir() else path)
+    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record)
+
+
 _RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
 
 
@@ -398,13 +414,16 @@ def _unique(label: str, sources: Sequence[Source]) -> str:
 
 
 def check_sources(sources: Sequence[Source]) -> None:
-    """Refuse, before anything runs, a config whose knobs cannot apply on its device."""
-    from rlperf.device import resolve_device
-    from rlperf.dqn import check_knobs
+    """Refuse, before anything runs, a config or variant that could not run (its device, a knob that
+    cannot apply there, a run that does not fit in memory), naming the column."""
+    from rlperf.run.common import check_run
 
     for s in sources:
         if s.config is not None:
-            check_knobs(s.config, resolve_device(s.config.run.device))
+            try:
+                check_run(s.config)
+            except RlperfError as exc:
+                raise type(exc)(f"{s.label}: {exc.message}", hint=exc.hint) from None
 
 
 def run_sources(
@@ -415,16 +434,26 @@ def run_sources(
     command: list[str] | None = None,
     on_run: Callable[[str, int, str], None] | None = None,
     stop: StopSignal | None = None,
+    runner: Callable[..., Any] | None = None,
+    prefix: str = "compare",
+    vary_seed: bool = True,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
-    repeat k uses ``run.seed + k``. Runs go under one ``compare-*`` directory in ``out``.
-    ``on_run(label, repeat, event)`` is told "start" and "done". ``stop``: the caller's stop signal
-    (by default its own): a signal stops the run in progress at a step boundary and no other run
-    starts. Returns (sides, interrupted): after a signal the sides hold the runs that finished.
+    repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same
+    work). Runs go under one ``{prefix}-*`` directory in ``out``. ``on_run(label, repeat, event)``
+    is told "start" and "done". ``stop``: the caller's stop signal (by default its own): a signal
+    stops the run in progress at a step boundary and no other run starts. ``runner(label, cfg,
+    **train_run keywords)`` replaces :func:`~rlperf.run.lifecycle.train_run` (scripts/bench_gate.py
+    plants a slowdown in one side with it). Returns (sides, interrupted): after a signal the sides
+    hold the runs that finished.
     """
     from rlperf.run.lifecycle import train_run
+
+    if runner is None:
+        def runner(label: str, cfg: Config, **kwargs: Any) -> Any:
+            return train_run(cfg, **kwargs)
 
     if repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
@@ -443,19 +472,19 @@ def run_sources(
     stop.arm()
     with stop.installed() if own else contextlib.nullcontext():
         stop.raise_if_set("the comparison started")
-        folder = make_run_dir(out, name, prefix="compare")
+        folder = make_run_dir(out, name, prefix=prefix)
         for k in range(repeats):
             for i, s in to_run:
                 assert s.config is not None
                 if stop():
                     return sides, True
-                cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k else s.config
+                cfg = apply_overrides(s.config, [f"run.seed={s.config.run.seed + k}"]) if k and vary_seed else s.config
                 if on_run:
                     on_run(s.label, k, "start")
                 try:
                     with thread_settings_restored():
-                        result = train_run(cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
-                                           dashboard=False, kind="compare", stop=stop)
+                        result = runner(s.label, cfg, out=folder, name=_dir_name(s.label), command=command, quiet=True,
+                                        dashboard=False, kind="compare", stop=stop)
                 except RunInterrupted:  # the signal came while this run was starting: nothing of it was written
                     return sides, True
                 sides[i].records.append(read_record(result.run_dir))

@@ -11,13 +11,13 @@ per trial, ``sweep.json`` (every trial, read back from its record, and the per-p
   on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
   cluster cannot meet is refused before anything starts.
 
-A value that cannot be its key's (``--envs 1,x``) is refused before anything runs; a grid point
-whose combination of values fails validation, or a trial that raises, is recorded as ``failed``
-with its error and the sweep goes on. SIGINT or SIGTERM stops the sweep at the next boundary: the
-running trial (or, on Ray, every running trial, told through a stop file in the sweep directory)
-stops at a step boundary and writes its record as ``interrupted``, trials not started are ``not
-run``, and sweep.json/csv/png are written for what finished. A full disk (DiskError) stops the
-sweep the same way and is reported after the outputs that could be written.
+Every grid point is validated before the first trial (a bad value, a knob that cannot apply,
+a run that does not fit: one line, nothing written); a trial that raises is recorded as
+``failed`` with its error and the sweep goes on. SIGINT or SIGTERM stops the sweep at the next
+boundary: the running trial (or, on Ray, every running trial, told through a stop file in the
+sweep directory) stops at a step boundary and writes its record as ``interrupted``, trials not
+started are ``not run``, and sweep.json/csv/png are written for what finished. A full disk
+(DiskError) stops the sweep the same way and is reported after the outputs that could be written.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ RAY_HINT = "pip install 'rlperf[ray]'"
 TRIAL_METRICS = (
     ("env_steps_per_s", ("throughput", "env_steps_per_s"), "rate"),
     ("updates_per_s", ("throughput", "updates_per_s"), "rate"),
+    ("s_per_1000_env_steps", ("throughput", "s_per_1000_env_steps"), "seconds"),
     ("s_per_1000_episodes", ("throughput", "s_per_1000_episodes"), "seconds"),
+    ("mean_episode_length", ("learning", "mean_episode_length"), "score"),
     ("mean_score", ("learning", "mean_score_last_100"), "score"),
     *tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES),
 )
@@ -171,12 +173,17 @@ class Trial:
         return row
 
 
-def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
-    """Every grid point × repeat, repeats of a point adjacent; configs validated now, one by one.
+def plan(base: Config, axes: Sequence[Axis], repeats: int, runnable_here: bool = True) -> list[Trial]:
+    """Every grid point × repeat, repeats of a point adjacent; every point validated now, before any runs.
 
     Repeat k runs with ``run.seed + k`` (unless ``run.seed`` is swept), so the score's spread is a
-    seed spread. A point whose config is invalid becomes a failed trial, not an error.
+    seed spread. A point whose config is invalid, or (``runnable_here``: the trials run on this
+    machine) could not run here -- device, knobs, memory -- raises a one-line error naming the
+    point: nothing has run or been written yet. Ray trials run on the cluster's nodes, whose
+    devices and memory only they can judge.
     """
+    from rlperf.run.common import check_run
+
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
     check_axes(base, axes)
@@ -192,14 +199,16 @@ def plan(base: Config, axes: Sequence[Axis], repeats: int) -> list[Trial]:
             trial.name = f"trial{trial.index:03d}"
             try:
                 cfg = variant(base, overrides)
-                if k and not seed_swept:
+                if not k and runnable_here:
+                    check_run(cfg)
+                elif not seed_swept:
                     cfg = apply_overrides(cfg, [f"run.seed={cfg.run.seed + k}"])
             except RlperfError as exc:
-                trial.status, trial.error = "failed", str(exc)
-            else:
-                trial.config, trial.seed = cfg, cfg.run.seed
-                flat = flat_keys(cfg)
-                trial.params = {a.key: flat[a.key] for a in axes}
+                point_name = " ".join(f"{a.short}={v}" for a, v in zip(axes, combo, strict=True))
+                raise type(exc)(f"sweep point {point_name}: {exc.message}", hint=exc.hint) from None
+            trial.config, trial.seed = cfg, cfg.run.seed
+            flat = flat_keys(cfg)
+            trial.params = {a.key: flat[a.key] for a in axes}
             trials.append(trial)
     return trials
 
@@ -285,7 +294,7 @@ def run_sweep(
     if backend not in BACKENDS:
         raise RlperfError(f"unknown sweep backend {backend!r}", hint="use local or ray")
     check_run_name(name)
-    trials = plan(base, axes, repeats)
+    trials = plan(base, axes, repeats, runnable_here=backend == "local")
     notify = on_trial or (lambda event, trial: None)
     own = stop is None
     stop = stop if stop is not None else StopSignal()
@@ -706,6 +715,7 @@ def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
     numeric = [
         ("env_steps_per_s", "env steps/s", "rate"),
         ("updates_per_s", "updates/s", "rate"),
+        ("s_per_1000_env_steps", "s/1k env steps", "seconds"),
         ("s_per_1000_episodes", "s/1k episodes", "seconds"),
     ]
     units = {}

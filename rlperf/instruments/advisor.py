@@ -3,14 +3,22 @@
 Each rule is a small function of (record, config, cProfile stats, GC stats) that returns a
 :class:`Finding` or None. A rule fires only on evidence measured in the run -- a phase share, a
 cProfile entry, a GC count -- together with the config that explains it, and its finding says
-which evidence it used, which knob to turn (a slow form to its fast form), the gain practitioners
-reported for that change with the section of docs/bottlenecks.md that explains it, and the
-``rlperf compare`` line that measures it. Savings are estimates in seconds of the run's measured (post-warm-up) phase time,
-each with its basis stated in the evidence; the compare line is the proof.
+which evidence it used, the fix in plain words and as a knob (a slow form to its fast form), the
+gain practitioners reported for that change with the section of docs/bottlenecks.md that explains
+it, and the ``rlperf compare`` line that measures it.
 
-Phase times come from the profiled run, so they include the instruments' overhead, which is
-largest in pure-Python phases (a per-board push loop, a Python BFS): the ranking leans towards
-those, and the compare line measures them without instruments.
+Savings are measured, not assumed. The run measures how much time the slow form took (a phase, or
+a function's cProfile time scaled to the measured window); the same process then micro-benchmarks
+the slow and the fast form of that piece of work (:mod:`rlperf.instruments.microbench`, kept in the
+record as ``profile.microbench``), and the saving is ``measured × (1 − fast / slow)``. Where a knob
+changes how often work runs rather than how it runs (train_ratio, log_every), the saving is the
+measured cost per call times the calls the fix removes. Each finding's ``estimate`` says which.
+A finding whose saving could not be measured has ``est_saving_s`` None and is listed after the
+others; ``rlperf profile --verify K`` runs the compare lines and records the measured gain beside
+each estimate.
+
+Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` and append it to
+:data:`RULES`; if it needs a micro-benchmark, add a ``Bench`` to ``microbench.BENCHES``.
 """
 
 from __future__ import annotations
@@ -26,21 +34,26 @@ from rlperf.config import Config
 from rlperf.instruments.profilers import CallStats
 from rlperf.report.units import percent_short, seconds_short
 
-MIN_SAVING_SHARE = 0.005
-"""A finding must be worth at least this share of the measured phase time."""
+MIN_SAVING_SHARE = 0.0025
+"""A finding must be worth at least this share of the measured phase time (its saving is measured,
+so a small one is still real: the per-board push loop is under 1% of the naive loop on a CPU)."""
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One piece of advice: measured fact -> knob -> the reported gain -> how to verify."""
+    """One piece of advice: measured fact -> the fix -> the reported gain -> the estimate -> how to verify."""
 
     title: str
-    evidence: str
-    knob: str  # "buffer.push=batch": what to pass to --set / --vs
-    command: str  # the exact `rlperf compare ...` line that measures the change
+    evidence: str  # what this run measured that shows the bottleneck
+    fix: str  # the change, in the user's words
+    knob: str | None  # "buffer.push=batch": the rlperf knob that demonstrates it (--set / --vs), if one does
+    command: str | None  # the exact `rlperf compare ...` line that measures the change
     expected_gain: str  # the gain reported for this change, e.g. "2–5× on the push phase"
-    est_saving_s: float  # seconds of this run's measured phase time the change could save
+    est_saving_s: float | None  # seconds of this run's measured phase time the change could save; None: not measured
+    estimate: str  # how est_saving_s was measured
     reference: str  # where the bottleneck is explained: "docs/bottlenecks.md §1"
+    where: str | None = None  # the function and line it points at ("train.py:42 (push_all)"), for foreign code
+    verified: Mapping[str, Any] | None = None  # the measured gain, from profile --verify
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +68,21 @@ class VerifyBase:
 
     def command(self, knob: str) -> str:
         return shlex.join(["rlperf", "compare", self.config, "--vs", knob, *self.args])
+
+    def for_window(self, env_steps: int, warmup_steps: int, repeats: int = 3) -> VerifyBase:
+        """The same run options, measuring what a profile measured: its ``env_steps`` in all, the first
+        ``warmup_steps`` vector steps (fill and warm-up) left out of the rates, ``repeats`` a side."""
+        args, rest = [], list(self.args)
+        while rest:
+            arg = rest.pop(0)
+            if arg in ("--episodes", "--steps", "--repeats") and rest:
+                rest.pop(0)
+            elif arg.startswith(("--episodes=", "--steps=", "--repeats=")):
+                continue
+            else:
+                args.append(arg)
+        args += ["--steps", str(env_steps), "--set", f"train.warmup_steps={warmup_steps}", "--repeats", str(repeats)]
+        return VerifyBase(self.config, tuple(args))
 
 
 Rule = Callable[[Mapping[str, Any], Config, "CallStats | None", "Mapping[str, Any] | None"], "Finding | None"]
@@ -95,6 +123,38 @@ def _cuda(record: Mapping[str, Any]) -> bool:
     return str((record.get("system") or {}).get("device", "")).startswith("cuda")
 
 
+# -- measured savings ---------------------------------------------------------------------------
+
+
+def _bench(record: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """A micro-benchmark of this run (``profile.microbench``), when it ran and succeeded."""
+    bench = ((record.get("profile") or {}).get("microbench") or {}).get(name)
+    return bench if bench and "error" not in bench and bench.get("fast_s") else None
+
+
+def _time(seconds: float) -> str:
+    """A per-call time: ``7.1 ms``, ``31 µs``."""
+    if seconds >= 0.1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def replaced(measured_s: float, what: str, record: Mapping[str, Any], name: str) -> tuple[float | None, str]:
+    """``measured × (1 − fast / slow)`` from micro-benchmark ``name``, and how it was measured."""
+    bench = _bench(record, name)
+    if bench is None or not bench.get("slow_s"):
+        missing = ((record.get("profile") or {}).get("microbench") or {}).get(name) or {}
+        why = f" ({missing['error']})" if "error" in missing else ""
+        return None, f"not measured: no micro-benchmark of the two forms in this record{why}"
+    keep = bench["fast_s"] / bench["slow_s"]
+    text = (f"{what} {seconds_short(measured_s)} × (1 − {_time(bench['fast_s'])} / {_time(bench['slow_s'])} per "
+            f"{bench['what']}: {bench['fast']} against {bench['slow']}, micro-benchmarked here, median of "
+            f"{bench['repeats']} interleaved repeats)")
+    return measured_s * (1 - keep), text
+
+
 # -- the rules ---------------------------------------------------------------------------------
 
 
@@ -108,8 +168,7 @@ def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     n = cfg.env.num_envs
     evidence = (
         f"push is {percent_short(push['share'])} of phase time ({seconds_short(push['total_s'])}, "
-        f"{push['mean_ms'] / n * 1e3:.0f} µs "
-        f"per board) with buffer.push=loop"
+        f"{push['mean_ms'] / n * 1e3:.0f} µs per board) with buffer.push=loop"
     )
     if calls is not None:
         pushes = calls.count("write_one", "rlperf/buffer.py")
@@ -118,15 +177,12 @@ def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
             f"; cProfile: the storage's write_one called {pushes:,} times ({_per_step(pushes, record)}), "
             f"Tensor.item {items:,} times" + (" (each a device sync)" if _cuda(record) else "")
         )
-    evidence += "; estimate: a batch push removes ~90% of the phase (one vectorized write per field)"
+    saving, estimate = replaced(push["total_s"], "push phase", record, "push")
     return Finding(
-        "Replay push loops over boards",
-        evidence,
-        "buffer.push=batch",
-        "",
-        "2–5× on the push phase (2–3× overall)",
-        0.9 * push["total_s"],
-        "docs/bottlenecks.md §1",
+        title="Replay push loops over boards", evidence=evidence,
+        fix="push the whole batch of transitions in one vectorized write instead of one board at a time",
+        knob="buffer.push=batch", command=None, expected_gain="2–5× on the push phase (2–3× overall)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §1",
     )
 
 
@@ -141,23 +197,23 @@ def train_ratio(
     replay = float((record.get("throughput") or {}).get("replay_ratio") or 0.0)
     evidence = (
         f"train is {percent_short(train['share'])} of phase time ({seconds_short(train['total_s'])}) "
-        f"at train.train_ratio={ratio:g} "
-        f"({ratio:g} updates per vector step, replay ratio {replay:.1f})"
+        f"at train.train_ratio={ratio:g} ({ratio:g} updates per vector step, replay ratio {replay:.1f})"
     )
     if calls is not None:
         updates = calls.count("update", "rlperf/dqn.py")
         evidence += f"; cProfile: Agent.update called {updates:,} times ({_per_step(updates, record)})"
-    evidence += f"; estimate: train_ratio 4 does 4/{ratio:g} of the updates"
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
+    per_update = f"{_time(train['total_s'] / updates)} per update measured in this run, " if updates else ""
     title = "Training frequency dominates the loop" if train["share"] >= 0.5 else "Many gradient updates per vector step"
     return Finding(
-        title,
-        evidence,
-        "train.train_ratio=4",
-        "",
-        "2–4× overall (10–15× going from 64 to 4 updates per vector step); fewer updates can change "
+        title=title, evidence=evidence,
+        fix=f"make {4:g} gradient updates per vector step instead of {ratio:g} (or one every few steps)",
+        knob="train.train_ratio=4", command=None,
+        expected_gain="2–4× overall (10–15× going from 64 to 4 updates per vector step); fewer updates can change "
         "learning, so read the mean score in the compare too",
-        train["total_s"] * (1 - 4 / ratio),
-        "docs/bottlenecks.md §3",
+        est_saving_s=train["total_s"] * (1 - 4 / ratio),
+        estimate=f"train phase {seconds_short(train['total_s'])} × (1 − 4/{ratio:g}): {per_update}4/{ratio:g} of the updates",
+        reference="docs/bottlenecks.md §3",
     )
 
 
@@ -178,28 +234,19 @@ def bfs_flood_fill(
         env_step = calls.cumtime("step", env_file)
         bfs_calls, _, bfs_cum = calls.get("bfs_count", "rlperf/env/floodfill.py")
         bfs_cum = max(bfs_cum, calls.cumtime("reachable_bfs", "rlperf/env/floodfill.py"))
-        if env_step <= 0 or bfs_calls == 0:
-            return None
-        fraction = min(1.0, bfs_cum / env_step)
-        steps = int((record.get("totals") or {}).get("vector_steps") or 0)
-        per_board = f", {bfs_calls / (steps * cfg.env.num_envs):.1f} per board" if steps else ""
-        evidence += (
-            f"; cProfile: bfs_count called {bfs_calls:,} times ({_per_step(bfs_calls, record)}{per_board}), "
-            f"{percent_short(fraction)} of the env step's time; estimate: the batched fill removes ~95% of that"
-        )
-        saving = 0.95 * fraction * step["total_s"]
-    else:
-        evidence += "; estimate (no cProfile to split the step): the BFS is ~80% of the step"
-        saving = 0.8 * step["total_s"]
-    knob = "env.flood_fill=tensor"
+        if bfs_calls:
+            steps = int((record.get("totals") or {}).get("vector_steps") or 0)
+            per_board = f", {bfs_calls / (steps * cfg.env.num_envs):.1f} per board" if steps else ""
+            evidence += f"; cProfile: bfs_count called {bfs_calls:,} times ({_per_step(bfs_calls, record)}{per_board})"
+            if env_step > 0:
+                evidence += f", {percent_short(min(1.0, bfs_cum / env_step))} of the env step's time"
+    saving, estimate = replaced(step["total_s"], "step phase", record, "flood_fill")
     return Finding(
-        "Flood fill runs a Python BFS per board",
-        evidence,
-        knob,
-        "",
-        "2–3× for models with flood-fill features",
-        saving,
-        "docs/bottlenecks.md §4",
+        title="Flood fill runs a Python BFS per board", evidence=evidence,
+        fix="compute the reachable-space features for all boards at once on the device (batched dilation), "
+        "or drop them",
+        knob="env.flood_fill=tensor", command=None, expected_gain="2–3× for models with flood-fill features",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §4",
     )
 
 
@@ -210,30 +257,31 @@ def host_storage(
     storage = cfg.buffer.storage
     if storage == "tensor" or calls is None:
         return None
-    train = _phase(record, "train")
     update = calls.cumtime("update", "rlperf/dqn.py")
     sample_calls, _, sample = calls.get("sample", "rlperf/buffer.py")
     if update <= 0 or sample_calls == 0:
         return None
-    fraction = min(1.0, sample / update)
-    saving = 0.8 * fraction * train["total_s"]
+    sample_s = sample * _to_measured(record)
     evidence = (
         f"buffer.storage={storage}: ReplayBuffer.sample called {sample_calls:,} times, "
-        f"{percent_short(fraction)} of the update's time (cProfile)"
+        f"{percent_short(min(1.0, sample / update))} of the update's time (cProfile)"
     )
-    if storage == "list" and cfg.buffer.push == "batch":
+    saving, estimate = replaced(sample_s, "sampling", record, "storage_sample")
+    if storage == "list" and cfg.buffer.push == "batch" and saving is not None:
         push = _phase(record, "push")
-        saving += 0.8 * push["total_s"]
-        evidence += f"; push (a Python loop over rows into the list) is {percent_short(push['share'])}"
-    evidence += "; estimate: sampling on the device removes ~80% of it"
+        push_saving, push_estimate = replaced(push["total_s"], "push phase", record, "storage_push")
+        if push_saving is not None:
+            saving += push_saving
+            estimate += f", plus {push_estimate}"
+            evidence += f"; push (a Python loop over rows into the list) is {percent_short(push['share'])}"
     return Finding(
-        f"Replay storage is a {'Python list' if storage == 'list' else 'host numpy array'}, copied every sample",
-        evidence,
-        "buffer.storage=tensor",
-        "",
-        "preallocated storage indexed in place removes the per-sample copies and allocations (no figure reported)",
-        saving,
-        "docs/bottlenecks.md §2",
+        title=f"Replay storage is a {'Python list' if storage == 'list' else 'host numpy array'}, copied every sample",
+        evidence=evidence,
+        fix="keep the replay in preallocated tensors on the model's device and sample indices there",
+        knob="buffer.storage=tensor", command=None,
+        expected_gain="preallocated storage indexed in place removes the per-sample copies and allocations "
+        "(no figure reported)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §2",
     )
 
 
@@ -253,16 +301,25 @@ def hard_target(
     evidence = (
         f"agent.target_update=hard: {copies:,} full state-dict copies (every {a.target_every} updates) took "
         f"{seconds_short(cum)} (cProfile), {1e3 * cum / copies:.2f} ms each; train p95 {train['p95_ms']:.3g} ms vs "
-        f"p50 {train['p50_ms']:.3g} ms; estimate: ~80% of the copy time, before the soft update's own per-update lerp"
+        f"p50 {train['p50_ms']:.3g} ms"
     )
+    bench = _bench(record, "target")
+    if bench is None:
+        saving, estimate = replaced(seconds, "target copies", record, "target")
+    else:
+        # The soft form lerps on every update, the hard one copies every target_every: compare totals.
+        slow, fast = copies * bench["slow_s"], n_calls * bench["fast_s"]
+        saving = seconds * (1 - fast / slow)
+        estimate = (f"target copies {seconds_short(seconds)} × (1 − {n_calls:,} lerps × {_time(bench['fast_s'])} / "
+                    f"({copies:,} copies × {_time(bench['slow_s'])})), both micro-benchmarked here, median of "
+                    f"{bench['repeats']} interleaved repeats")
     return Finding(
-        "Hard target-network copies",
-        evidence,
-        "agent.target_update=soft",
-        "",
-        "hard copies show as spikes in time per update; a soft update with τ spreads the cost (no figure reported)",
-        0.8 * seconds,
-        "docs/bottlenecks.md §7",
+        title="Hard target-network copies", evidence=evidence,
+        fix="update the target network in place with a soft update (lerp by τ) instead of copying the state dict",
+        knob="agent.target_update=soft", command=None,
+        expected_gain="hard copies show as spikes in time per update; a soft update with τ spreads the cost "
+        "(no figure reported)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §7",
     )
 
 
@@ -279,22 +336,24 @@ def log_every_step(
     evidence = (
         f"log is {percent_short(log['share'])} of phase time ({seconds_short(log['total_s'])}) with train.log_every={every}"
     )
+    measured, what = log["total_s"], "log phase"
     if calls is not None:
-        logs = calls.count("on_log", "rlperf/run/lifecycle.py")
+        logs, _, on_log = calls.get("on_log", "rlperf/run/lifecycle.py")
         evidence += (
             f"; cProfile: on_log ran {logs:,} times ({_per_step(logs, record)}), each writing and flushing a metrics.csv row"
         )
+        if logs:
+            measured, what = on_log * _to_measured(record), f"on_log ({_time(on_log / logs)} per call)"
     if _cuda(record):
         evidence += "; each log reads the loss on the host, which waits for the device (a sync every step)"
-    evidence += f"; estimate: log_every=100 keeps {every}/100 of it"
     return Finding(
-        "Logging and host sync every step",
-        evidence,
-        "train.log_every=100",
-        "",
-        "small on a CPU (under 5%, below 1.1×); on a GPU every read is a sync",
-        log["total_s"] * (1 - every / 100),
-        "docs/bottlenecks.md §9",
+        title="Logging and host sync every step", evidence=evidence,
+        fix=f"log (and read device values on the host) every 100 vector steps instead of every {every}",
+        knob="train.log_every=100", command=None,
+        expected_gain="small on a CPU (under 5%, below 1.1×); on a GPU every read is a sync",
+        est_saving_s=measured * (1 - every / 100),
+        estimate=f"{what} {seconds_short(measured)} × (1 − {every}/100): the measured cost per log, {every}/100 as many logs",
+        reference="docs/bottlenecks.md §9",
     )
 
 
@@ -309,17 +368,15 @@ def autograd_select(
         return None
     evidence = (
         f"select is {percent_short(select['share'])} of phase time ({select['mean_ms']:.3g} ms per step) with "
-        f"agent.inference=grad: every forward records an autograd graph nobody uses; "
-        f"estimate: inference mode saves ~30% of a small network's forward"
+        f"agent.inference=grad: every forward records an autograd graph nobody uses"
     )
+    saving, estimate = replaced(select["total_s"], "select phase", record, "inference")
     return Finding(
-        "Action selection runs with autograd on",
-        evidence,
-        "agent.inference=no_grad",
-        "",
-        "select runs without building a graph (no figure reported)",
-        0.3 * select["total_s"],
-        "docs/bottlenecks.md §8",
+        title="Action selection runs with autograd on", evidence=evidence,
+        fix="select actions under torch.inference_mode() (or torch.no_grad())",
+        knob="agent.inference=no_grad", command=None,
+        expected_gain="select runs without building a graph (no figure reported)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §8",
     )
 
 
@@ -339,16 +396,21 @@ def gym_backend(
     if calls is not None and backend == "gym-sync":
         boards = calls.count("step", "rlperf/env/single.py")
         evidence += f"; cProfile: SnakeEnv.step called {boards:,} times ({_per_step(boards, record)}, one per board)"
-    evidence += "; estimate: the batched env steps every board in a few tensor ops, ~90% less"
+    bench = _bench(record, "backend")
+    if bench is not None and not bench.get("slow_s") and step["calls"]:
+        # gym-async's workers are not rebuilt for a benchmark: the run's own step is the slow figure.
+        saving = step["total_s"] - step["calls"] * bench["fast_s"]
+        estimate = (f"step phase {seconds_short(step['total_s'])} − {step['calls']:,} steps × {_time(bench['fast_s'])} per "
+                    f"{bench['what']} with env.backend=tensor (micro-benchmarked here)")
+    else:
+        saving, estimate = replaced(step["total_s"], "step phase", record, "backend")
     return Finding(
-        f"Boards are stepped one by one ({backend})",
-        evidence,
-        "env.backend=tensor",
-        "",
-        "a batched env steps every board in one call (no figure reported; rlperf's own target is "
+        title=f"Boards are stepped one by one ({backend})", evidence=evidence,
+        fix="step every board in one batched call (a vectorized env) instead of a Python loop over single envs",
+        knob="env.backend=tensor", command=None,
+        expected_gain="a batched env steps every board in one call (no figure reported; rlperf's own target is "
         "≥ 100× SyncVectorEnv at 256 boards)",
-        0.9 * step["total_s"],
-        "docs/bottlenecks.md §5",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §5",
     )
 
 
@@ -374,14 +436,17 @@ def ops_kernel(
             evidence += (f"; cProfile: {ops:,.0f} torch calls per vector step from the env, "
                          f"{1e3 * step['mean_ms'] / ops:.1f} µs "
                          f"each: a fixed cost per call, whatever the number of boards")
-    # Side by side on a 2-core CPU (BENCHMARKS.md): fused is >30x ops up to a few thousand boards, where
-    # ops is dispatch; still ~3x at 65,536, where ops is memory traffic.
-    dispatch = n <= 4096
-    evidence += f"; estimate: the fused kernel removes ~{'95' if dispatch else '70'}% of the step"
+    saving, estimate = replaced(step["total_s"], "step phase", record, "kernel")
+    dispatch = n <= 4096  # where ops is operator dispatch; beyond, memory traffic
     title = "Env step is operator dispatch" if dispatch else "Env step is one tensor operator per rule"
-    return Finding(f"{title} (env.kernel=ops)", evidence, "env.kernel=fused", "",
-                   "docs/bottlenecks.md §6: one compiled per-board step instead of ~150 tensor operators per vector "
-                   "step (CPU, numba)", (0.95 if dispatch else 0.7) * step["total_s"], "docs/bottlenecks.md §6")
+    return Finding(
+        title=f"{title} (env.kernel=ops)", evidence=evidence,
+        fix="step every board with one compiled per-board kernel instead of ~150 tensor operators per vector step",
+        knob="env.kernel=fused", command=None,
+        expected_gain="one fused step per environment, as PufferLib and EnvPool do (rlperf's own target: ≥ 10 M env "
+        "steps/s at 256 boards on a 2-core CPU)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §6",
+    )
 
 
 def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
@@ -402,15 +467,15 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     )
     if cfg.buffer.storage == "list":
         evidence += "; the list buffer's tuples are created in the loop, so freezing at its start would not cover them"
-    evidence += "; estimate: ~90% of the collector's time"
+    measured = seconds * _to_measured(record)
     return Finding(
-        "Garbage-collector pauses",
-        evidence,
-        knob,
-        "",
-        "removes the periodic pauses (no figure reported)",
-        0.9 * seconds * _to_measured(record),
-        "docs/bottlenecks.md §13",
+        title="Garbage-collector pauses", evidence=evidence,
+        fix="gc.freeze() what exists before the loop (or gc.disable() in it, collecting between runs)",
+        knob=knob, command=None, expected_gain="removes the periodic pauses (no figure reported)",
+        est_saving_s=measured,
+        estimate=f"the collector's measured time, {seconds_short(measured)} in the measured window: the fix runs no "
+        f"full collections in the loop",
+        reference="docs/bottlenecks.md §13",
     )
 
 
@@ -424,17 +489,16 @@ def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc:
     device = (record.get("system") or {}).get("device_name", "the GPU")
     evidence = (
         f"train is {percent_short(train['share'])} of phase time ({seconds_short(train['total_s'])}) on {device} "
-        f"with train.amp=off; "
-        f"estimate: ~25% of the update"
+        f"with train.amp=off"
     )
+    saving, estimate = replaced(train["total_s"], "train phase", record, "amp")
     return Finding(
-        "Updates run in full precision on the GPU",
-        evidence,
-        "train.amp=bf16",
-        "",
-        "30–40% faster forward and 25–30% faster backward passes (use train.amp=fp16 where bf16 is not supported)",
-        0.25 * train["total_s"],
-        "docs/bottlenecks.md §10",
+        title="Updates run in full precision on the GPU", evidence=evidence,
+        fix="run the update's forward and backward under torch.autocast (bfloat16)",
+        knob="train.amp=bf16", command=None,
+        expected_gain="30–40% faster forward and 25–30% faster backward passes (use train.amp=fp16 where bf16 is not "
+        "supported)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §10",
     )
 
 
@@ -448,17 +512,14 @@ def compile_off(
     share = select["share"] + train["share"]
     if share < 0.3:
         return None
-    evidence = (
-        f"select + train are {percent_short(share)} of phase time on the GPU with train.compile=off; estimate: ~10% of both"
-    )
+    evidence = f"select + train are {percent_short(share)} of phase time on the GPU with train.compile=off"
     return Finding(
-        "Network not compiled",
-        evidence,
-        "train.compile=reduce-overhead",
-        "",
-        "10–15% faster forward passes",
-        0.1 * (select["total_s"] + train["total_s"]),
-        "docs/bottlenecks.md §11",
+        title="Network not compiled", evidence=evidence, fix="compile the network (torch.compile, mode reduce-overhead)",
+        knob="train.compile=reduce-overhead", command=None, expected_gain="10–15% faster forward passes",
+        est_saving_s=None,
+        estimate="not measured: compiling takes longer than a micro-benchmark can afford; the compare line (or "
+        "--verify) measures it",
+        reference="docs/bottlenecks.md §11",
     )
 
 
@@ -469,9 +530,7 @@ def small_batch_gpu(
     if not _cuda(record) or cfg.buffer.batch_size > 256:
         return None
     train = _phase(record, "train")
-    t = record.get("throughput") or {}
-    timing = record.get("timing") or {}
-    updates = float(t.get("updates_per_s") or 0.0) * float(timing.get("measured_wall_s") or 0.0)
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
     if train["share"] < 0.3 or updates < 1:
         return None
     per_update_ms = 1e3 * train["total_s"] / updates
@@ -480,18 +539,22 @@ def small_batch_gpu(
     batch = cfg.buffer.batch_size
     evidence = (
         f"train is {percent_short(train['share'])} of phase time at {per_update_ms:.2f} ms per update with "
-        f"buffer.batch_size={batch}: a kernel-launch-bound update costs about the same at 4× the batch; "
-        f"estimate: 4× batch at ¼ train_ratio (same replay ratio) halves train, if the compare shows "
-        f"updates/s nearly flat"
+        f"buffer.batch_size={batch}: a kernel-launch-bound update costs about the same at 4× the batch"
     )
+    bench = _bench(record, "batch")
+    if bench is None:
+        saving, estimate = replaced(train["total_s"], "train phase", record, "batch")
+    else:  # 4× the batch at ¼ the updates keeps the replay ratio
+        saving = train["total_s"] * (1 - bench["fast_s"] / (4 * bench["slow_s"]))
+        estimate = (f"train phase {seconds_short(train['total_s'])} × (1 − {_time(bench['fast_s'])} / (4 × "
+                    f"{_time(bench['slow_s'])})): an update at 4× the batch against four at this batch, micro-benchmarked "
+                    f"here")
     return Finding(
-        "Batches too small for the GPU",
-        evidence,
-        f"buffer.batch_size={4 * batch}",
-        "",
-        "batch 256 → 512 raised GPU utilisation from ~60% to ~85%",
-        0.5 * train["total_s"],
-        "docs/bottlenecks.md §12",
+        title="Batches too small for the GPU", evidence=evidence,
+        fix=f"sample batches of {4 * batch} and update a quarter as often (the same replay ratio)",
+        knob=f"buffer.batch_size={4 * batch}", command=None,
+        expected_gain="batch 256 → 512 raised GPU utilisation from ~60% to ~85%",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §12",
     )
 
 
@@ -510,43 +573,109 @@ def effective_cpus() -> float:
     return cpus
 
 
-def thread_oversubscription(
-    record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
-) -> Finding | None:
-    """More compute threads than CPUs, from this run's own processes or the machine's load (docs/bottlenecks.md §14)."""
-    system = record.get("system") or {}
-    threads = int(system.get("torch_threads") or 0)
+def thread_excess(cfg: Config, record: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(the run's torch threads, the count to try) when the run had more compute threads than CPUs,
+    from its own processes or the machine's load (docs/bottlenecks.md §14); else None."""
+    threads = int((record.get("system") or {}).get("torch_threads") or 0)
     load = (record.get("profile") or {}).get("load") or {}
     cpus = float(load.get("cpus") or effective_cpus())
     processes = 1 + (cfg.async_.actors if cfg.run.mode == "async" else 0)
     if cfg.env.backend == "gym-async":
         processes += cfg.env.num_envs  # each worker process imports torch with its own pool
-    wanted = threads * processes
     busy = float(load.get("loadavg_1m") or 0.0)
-    if threads == 0 or (wanted <= cpus and not (threads > 1 and busy > cpus + 0.5)):
+    if threads == 0:
         return None
+    if threads * processes > cpus:
+        return threads, max(1, math.floor(cpus / processes))
+    if threads > 1 and busy > cpus + 0.5:
+        return threads, 1
+    return None
+
+
+CONTENDED = 2.0
+"""A run whose updates took this many times longer than the same update timed right after it, with
+the same threads, had its threads starved by other processes while it ran."""
+
+
+def thread_oversubscription(
+    record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
+) -> Finding | None:
+    """More compute threads than CPUs: this run's own processes, the machine's load, or updates that
+    ran far slower in the run than in a micro-benchmark right after it (docs/bottlenecks.md §14)."""
+    excess = thread_excess(cfg, record)
+    threads_now = int((record.get("system") or {}).get("torch_threads") or 0)
+    bench = _bench(record, "threads")
+    train = _phase(record, "train")
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
+    run_update = train["total_s"] / updates if updates else 0.0
+    contended = (threads_now > 1 and bench is not None and bench.get("slow_s")
+                 and run_update > CONTENDED * bench["slow_s"])
+    if contended and bench is not None and excess is None:
+        # The threads were starved in the run: what the same updates cost on the fewer threads, timed here.
+        saving = train["total_s"] - updates * bench["fast_s"]
+        return Finding(
+            title="Compute threads were starved during the run", evidence=(
+                f"train took {_time(run_update)} per update in this run with {threads_now} torch threads; the same update "
+                f"took {_time(bench['slow_s'])} with {threads_now} threads and {_time(bench['fast_s'])} with "
+                f"{bench['fast']} timed right after the run: other processes held the CPUs the threads waited for "
+                f"(run.threads={cfg.run.threads})"),
+            fix="torch.set_num_threads(1) (and OMP_NUM_THREADS=1) on a machine other processes share",
+            knob="run.threads=1", command=None, expected_gain="steadier, and on a busy machine much faster, updates "
+            "(no figure reported)",
+            est_saving_s=saving,
+            estimate=f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {_time(bench['fast_s'])} (an "
+            f"update with {bench['fast']}, micro-benchmarked here)",
+            reference="docs/bottlenecks.md §14",
+        )
+    if excess is None:
+        return None
+    threads, fewer = excess
+    load = (record.get("profile") or {}).get("load") or {}
+    cpus = float(load.get("cpus") or effective_cpus())
+    processes = 1 + (cfg.async_.actors if cfg.run.mode == "async" else 0) + (
+        cfg.env.num_envs if cfg.env.backend == "gym-async" else 0)
     select, train = _phase(record, "select"), _phase(record, "train")
-    per_process = max(1, math.floor(cpus / processes))
-    if wanted > cpus:
-        evidence = f"{processes} process(es) × {threads} torch threads = {wanted} on {cpus:g} usable CPUs"
+    if threads * processes > cpus:
+        evidence = f"{processes} process(es) × {threads} torch threads = {threads * processes} on {cpus:g} usable CPUs"
     else:
         evidence = (
-            f"{threads} torch threads while the machine's load average was {busy:.1f} on {cpus:g} CPUs: "
-            f"threads that lose their CPU stall the others at every parallel op"
+            f"{threads} torch threads while the machine's load average was {float(load.get('loadavg_1m') or 0):.1f} on "
+            f"{cpus:g} CPUs: threads that lose their CPU stall the others at every parallel op"
         )
-        per_process = 1
     evidence += (
         f" (run.threads={cfg.run.threads}); select + train are {percent_short(select['share'] + train['share'])} of "
-        f"phase time; estimate: ~20% of them is lost to contention"
+        f"phase time"
     )
+    saving, estimate = replaced(select["total_s"] + train["total_s"], "select + train", record, "threads")
     return Finding(
-        "More compute threads than CPUs",
-        evidence,
-        f"run.threads={per_process}",
-        "",
-        "less contention and steadier timings (no figure reported)",
-        0.2 * (select["total_s"] + train["total_s"]),
-        "docs/bottlenecks.md §14",
+        title="More compute threads than CPUs", evidence=evidence,
+        fix=f"set torch.set_num_threads({fewer}) (and OMP_NUM_THREADS={fewer}) so threads do not wait on each other",
+        knob=f"run.threads={fewer}", command=None, expected_gain="less contention and steadier timings (no figure reported)",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §14",
+    )
+
+
+def episode_growth(
+    record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
+) -> Finding | None:
+    """Time per episode grows through the run: longer episodes, or dearer env steps (docs/bottlenecks.md §19)."""
+    from rlperf.report.stats import GROWTH_NOTED, episode_split, training_start
+    from rlperf.report.tables import growth_text
+
+    split = episode_split(record.get("intervals") or [], start_env_steps=training_start(record))
+    if split is None or split["growth"]["s_per_episode"] < GROWTH_NOTED:
+        return None
+    slower = split["growth"]["s_per_env_step"] >= 1.2
+    return Finding(
+        title="Each env step got slower through the run" if slower else "Episodes get longer, not the loop slower",
+        evidence=growth_text(split),
+        fix=("find what grows with the run: the phase whose share rises, memory that does not flatten once the replay "
+             "is full; or other processes took the CPUs as the run went on (the load average at its end was "
+             f"{float(((record.get('profile') or {}).get('load') or {}).get('loadavg_1m') or 0):.1f})" if slower else
+             "measure in env steps (--steps N), not episodes: a learning agent's episodes get longer"),
+        knob=None, command=None, expected_gain="not a speed-up: it tells a slowdown from an agent that survives longer",
+        est_saving_s=None, estimate="no saving: this explains the time per episode, it does not change it",
+        reference="docs/bottlenecks.md §19",
     )
 
 
@@ -565,6 +694,7 @@ RULES: tuple[Rule, ...] = (
     compile_off,
     small_batch_gpu,
     thread_oversubscription,
+    episode_growth,
 )
 
 
@@ -576,7 +706,9 @@ def advise(
     cfg: Config | None = None,
     rules: Sequence[Rule] = RULES,
 ) -> list[Finding]:
-    """Every rule that fires on this run's evidence, biggest estimated saving first."""
+    """Every rule that fires on this run's evidence: measured savings first, biggest first, then the
+    findings whose saving was not measured, in rule order. A measured saving below
+    :data:`MIN_SAVING_SHARE` of the measured phase time drops the finding."""
     if _measured_steps(record) == 0 or measured_total(record) <= 0:
         return []
     cfg = cfg if cfg is not None else Config.model_validate(record["config"])
@@ -585,9 +717,13 @@ def advise(
     findings = []
     for rule in rules:
         finding = rule(record, cfg, calls, gc)
-        if finding is not None and finding.est_saving_s >= floor:
-            findings.append(replace(finding, command=verify.command(finding.knob)))
-    return sorted(findings, key=lambda f: f.est_saving_s, reverse=True)
+        if finding is None or (finding.est_saving_s is not None and finding.est_saving_s < floor):
+            continue
+        if finding.knob:
+            finding = replace(finding, command=verify.command(finding.knob))
+        findings.append(finding)
+    measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0, reverse=True)
+    return measured + [f for f in findings if f.est_saving_s is None]
 
 
 def no_finding_reason(record: Mapping[str, Any]) -> str:

@@ -27,14 +27,17 @@ import sys
 import sysconfig
 import tempfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 from rlperf.errors import RlperfError
+
+if TYPE_CHECKING:
+    from rlperf.instruments.advisor import VerifyBase
 
 SORT_KEYS = ("cumtime", "tottime", "ncalls")
 
@@ -62,12 +65,56 @@ def short_path(file: str) -> str:
             return file[len(site) + 1 :]
     if _STDLIB_DIR and file.startswith(_STDLIB_DIR + os.sep):
         return file[len(_STDLIB_DIR) + 1 :]
-    return file
+    cwd = os.getcwd() + os.sep
+    return file[len(cwd):] if file.startswith(cwd) else file
 
 
 def is_own(file: str) -> bool:
     """Whether a source file is part of rlperf itself."""
     return file.startswith(_RLPERF_DIR)
+
+
+def user_code(roots: Sequence[str | Path]) -> Callable[[str], bool]:
+    """A test for "your code" in a profile of your script: a file under one of ``roots`` (the
+    script's folder, the working directory) that is not an installed package (a virtualenv inside
+    the project), the standard library or rlperf."""
+    folders = [str(Path(r).resolve()) + os.sep for r in roots]
+    installed = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+    def own(file: str) -> bool:
+        if not file or file.startswith(("~", "<")) or is_own(file) or any(p in file for p in installed):
+            return False
+        path = str(Path(file).resolve()) if not os.path.isabs(file) else file
+        return any(path.startswith(f) for f in folders)
+
+    return own
+
+
+@dataclass
+class ProfileOptions:
+    """What to wrap the run in (the command's flags)."""
+
+    top: int = 20
+    sort: str = "cumtime"
+    cprofile: bool = True
+    torch: bool = False
+    overhead: bool = True  # replay the first steps without instruments to measure their cost
+    microbench: bool = True  # time each slow form the run has against its fast form (the advisor's savings)
+    verify: VerifyBase | None = None  # the run the compare lines repeat (default: the default config)
+
+    def check(self) -> None:
+        """Refuse, with one line, an option that cannot apply."""
+        if self.top < 1:
+            raise RlperfError(f"--top must be at least 1, got {self.top}")
+        self.sort = check_sort(self.sort)
+
+
+def check_out(out: Path) -> None:
+    """Refuse an unusable --out before starting a child process (the in-process run checks it itself)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None
 
 
 # -- cProfile ----------------------------------------------------------------------------------
@@ -82,7 +129,7 @@ class FunctionRow:
     primitive_calls: int
     tottime: float
     cumtime: float
-    own: bool  # defined in rlperf
+    own: bool  # defined in rlperf (or, profiling a script, in the script's own files)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,11 +149,17 @@ class CallStats:
     matched by a substring of their name: ``calls.get("'item' of", builtin=True)``.
     """
 
-    def __init__(self, stats: pstats.Stats) -> None:
+    def __init__(self, stats: pstats.Stats, own: Callable[[str], bool] = is_own) -> None:
         self._raw: dict[tuple[str, int, str], tuple] = stats.stats  # type: ignore[attr-defined]
+        self.own = own  # which files the tables mark: rlperf's, or the profiled script's
         self.total_calls = int(getattr(stats, "total_calls", 0))
         self.primitive_calls = int(getattr(stats, "prim_calls", 0))
         self.total_s = float(getattr(stats, "total_tt", 0.0))
+
+    @property
+    def entries(self) -> Mapping[tuple[str, int, str], tuple]:
+        """The raw cProfile table: (file, line, function) -> (primitive calls, calls, tottime, cumtime, callers)."""
+        return self._raw
 
     def get(self, name: str, file: str | None = None, builtin: bool = False) -> tuple[int, float, float]:
         """(calls, own seconds, cumulative seconds) of the functions called ``name`` in ``file``.
@@ -144,14 +197,16 @@ class CallStats:
 
     def rows(self) -> list[FunctionRow]:
         return [
-            FunctionRow(_label(key), int(nc), int(cc), float(tt), float(ct), is_own(key[0]))
+            FunctionRow(_label(key), int(nc), int(cc), float(tt), float(ct), self.own(key[0]))
             for key, (cc, nc, tt, ct, _callers) in self._raw.items()
         ]
 
-    def top(self, n: int, sort: str = "cumtime") -> list[FunctionRow]:
-        """The ``n`` functions with the most ``sort`` (cumtime, tottime or ncalls)."""
+    def top(self, n: int, sort: str = "cumtime", skip: Callable[[str], bool] | None = None) -> list[FunctionRow]:
+        """The ``n`` functions with the most ``sort`` (cumtime, tottime or ncalls), leaving out those
+        whose label ``skip`` matches."""
         key = check_sort(sort)
-        return sorted(self.rows(), key=lambda r: (getattr(r, key), r.cumtime), reverse=True)[:n]
+        rows = [r for r in self.rows() if skip is None or not skip(r.function)]
+        return sorted(rows, key=lambda r: (getattr(r, key), r.cumtime), reverse=True)[:n]
 
 
 class CProfiler:
@@ -185,8 +240,20 @@ class CProfiler:
 # -- garbage collector -------------------------------------------------------------------------
 
 
+def _importing() -> bool:
+    """Whether a module is being imported in this process (CPython keeps a lock per module while it is)."""
+    import importlib._bootstrap as bootstrap
+
+    return bool(getattr(bootstrap, "_module_locks", None))
+
+
 class GcMonitor:
-    """Collections per generation and seconds spent in them, via ``gc.callbacks`` (cheap)."""
+    """Collections per generation and seconds spent in them, via ``gc.callbacks`` (cheap).
+
+    Collections that run while a module is being imported (a lazy ``import torch._dynamo`` inside
+    the first optimizer, say) are one-time start-up costs: they are counted apart, in
+    ``during_imports``, and left out of the other figures.
+    """
 
     def __init__(self) -> None:
         self.collections = [0, 0, 0]
@@ -195,6 +262,7 @@ class GcMonitor:
         self.total_s = 0.0
         self.max_s = 0.0
         self.wall_s = 0.0
+        self.importing = [0, 0.0]  # collections and seconds while importing
         self._t0 = 0.0
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
@@ -202,6 +270,10 @@ class GcMonitor:
             self._t0 = perf_counter()
             return
         seconds = perf_counter() - self._t0
+        if _importing():
+            self.importing[0] += 1
+            self.importing[1] += seconds
+            return
         generation = min(info.get("generation", 0), 2)
         self.collections[generation] += 1
         self.seconds[generation] += seconds
@@ -229,6 +301,7 @@ class GcMonitor:
             "max_pause_ms": self.max_s * 1e3,
             "loop_wall_s": self.wall_s,
             "share_of_loop": self.total_s / self.wall_s if self.wall_s > 0 else 0.0,
+            "during_imports": {"collections": self.importing[0], "total_s": self.importing[1]},
         }
 
 
@@ -536,3 +609,28 @@ def _colour(node: _Node) -> str:
     if node.own:
         return f"hsl({190 + h // 2}, 65%, {62 + h % 15}%)"
     return f"hsl({h // 2 + 5}, 85%, {58 + h % 17}%)"
+
+
+def is_pyspy_error(line: str) -> bool:
+    """A line py-spy writes when it cannot sample (kept back from the profiled program's output)."""
+    lowered = line.lower()
+    return lowered.startswith(("error:", "failed to", "permission denied")) or "ptrace" in lowered
+
+
+def attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
+    """Copy py-spy's recording into the run directory, draw its flamegraph, and note both in the record."""
+    from rlperf.run.files import copy_atomic
+
+    run_dir = Path(record["run_dir"])
+    speedscope = run_dir / "pyspy.speedscope.json"
+    copy_atomic(recording, speedscope)  # a full disk leaves no half-written file
+    samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
+    record["profile"]["py_spy"] = {
+        "svg": "pyspy.svg",
+        "speedscope": "pyspy.speedscope.json",
+        "samples": samples,
+        "native": native,
+        "rate_hz": 100,
+    }
+    record["profile"]["artifacts"].update(pyspy_svg="pyspy.svg", pyspy_speedscope="pyspy.speedscope.json")
+    record["files"].update(profile_pyspy_svg="pyspy.svg", profile_pyspy_speedscope="pyspy.speedscope.json")

@@ -27,8 +27,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -36,43 +36,32 @@ from typing import Any
 from rlperf.config import Config
 from rlperf.errors import DiskError, RlperfError
 from rlperf.instruments.advisor import VerifyBase, advise, effective_cpus, measured_total, no_finding_reason
+from rlperf.instruments.microbench import run_benches
 from rlperf.instruments.profilers import (
-    check_sort,
     PYSPY_HINT,
     CProfiler,
     GcMonitor,
+    ProfileOptions,
     TorchProfiler,
+    attach_pyspy,
+    check_out,
     find_pyspy,
+    is_pyspy_error,
     pyspy_command,
     pyspy_env,
     pyspy_failure,
-    speedscope_to_svg,
     torch_window,
 )
+from rlperf.dqn import steps_before_learning
 from rlperf.run.files import copy_atomic, write_json_atomic
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
 from rlperf.run.signals import StopSignal
 
 DEFAULT_EPISODES = 100
+MIN_MEASURED_STEPS = 64
+"""The shortest measured window, in vector steps: a p95 then rests on at least three samples above it."""
 OVERHEAD_BUDGET_S = (2.0, 0.1, 30.0)
 """Replay for the overhead measurement: at least 2 s, else 10% of the loop, at most 30 s of profiled steps."""
-
-
-@dataclass
-class ProfileOptions:
-    """What to wrap the run in (the command's flags)."""
-
-    top: int = 20
-    sort: str = "cumtime"
-    cprofile: bool = True
-    torch: bool = False
-    overhead: bool = True  # replay the first steps without instruments to measure their cost
-    verify: VerifyBase = field(default_factory=VerifyBase)
-
-    def check(self) -> None:
-        if self.top < 1:
-            raise RlperfError(f"--top must be at least 1, got {self.top}")
-        self.sort = check_sort(self.sort)
 
 
 def _with(cfg: Config, section: str, **values: Any) -> Config:
@@ -97,8 +86,9 @@ class Instruments:
             if trace_path is None:
                 raise ValueError("torch.profiler needs a trace_path")
             t = cfg.train
-            total = math.ceil(t.steps / cfg.env.num_envs) if t.steps > 0 and t.episodes == 0 else None
-            window = torch_window(t.warmup_steps, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size, total,
+            warm = steps_before_learning(cfg) + t.warmup_steps
+            total = warm + max(MIN_MEASURED_STEPS, math.ceil(t.steps / cfg.env.num_envs)) if t.steps > 0 else None
+            window = torch_window(warm, cfg.env.num_envs, t.learning_starts, cfg.buffer.batch_size, total,
                                   t.train_ratio)
             self.torch = TorchProfiler(_device_type(cfg), window, trace_path)
         self.stamps: list[float] = []
@@ -125,8 +115,11 @@ class Instruments:
         if self.torch is not None:
             self.torch.step()
 
-    def hooks(self) -> RunHooks:
-        return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None)
+    def hooks(self, window: bool = False) -> RunHooks:
+        """The hooks for ``train_run``; ``window``: measure as ``rlperf profile`` does (after the fill and
+        warm-up, at least :data:`MIN_MEASURED_STEPS`), not as ``train`` does."""
+        return RunHooks(around_loop=self.around_loop, on_step=self.on_step, annotate_phases=self.torch is not None,
+                        measure_after_fill=window, min_measured_steps=MIN_MEASURED_STEPS if window else 0)
 
     def step_durations(self) -> list[float]:
         """Wall seconds of each vector step, in order."""
@@ -137,6 +130,11 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
                 quiet: bool = False, dashboard: bool = True, options: ProfileOptions | None = None,
                 stop: StopSignal | None = None) -> RunResult:
     """Train with ``cfg`` under the instruments; the record gains a ``profile`` section.
+
+    What is measured is the training loop: the replay is first filled to ``train.learning_starts``
+    and ``train.warmup_steps`` more vector steps run (both timed apart), then ``train.episodes``
+    episodes or ``train.steps`` env steps are measured, over at least :data:`MIN_MEASURED_STEPS`
+    vector steps (the record's ``profile.window`` says what was measured and why).
 
     ``stop`` as for :func:`rlperf.run.lifecycle.train_run`. A signal during the overhead replay
     (after the run) skips the replay: the record is written, the exit code is 130 / 143. An artifact
@@ -153,7 +151,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     with scratch_dir("profile") as scratch:
         inst = Instruments(cfg, cprofile=options.cprofile, torch=options.torch, trace_path=scratch / "trace.json")
         result = train_run(cfg, out=out, name=name, command=command, quiet=quiet, dashboard=dashboard,
-                           kind="profile", hooks=inst.hooks(), stop=stop)
+                           kind="profile", hooks=inst.hooks(window=True), stop=stop)
         record, run_dir = result.record, result.run_dir
         section: dict[str, Any] = {
             "options": {"top": options.top, "sort": options.sort, "cprofile": options.cprofile, "torch": options.torch,
@@ -166,6 +164,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
         except DiskError as exc:
             raise failed_artifact(record, run_dir, exc) from None
     assert inst.gc is not None
+    section["window"] = window_section(cfg, record, inst.step_durations())
     section["gc"] = inst.gc.to_dict()
     section["load"] = {"loadavg_1m": os.getloadavg()[0], "cpus": effective_cpus()}
     if not inst.names:
@@ -175,9 +174,13 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     elif record["status"] != "completed":
         section["overhead"] = {"skipped": f"not measured: the run is {record['status']}"}
     else:
-        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, stop)
+        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, record["timing"]["warmup_steps"], stop)
     record["profile"] = section
-    findings = advise(record, calls, section["gc"], options.verify)
+    if options.microbench and record["status"] == "completed":
+        section["microbench"] = run_benches(cfg, _device(cfg), record)
+    timing = record["timing"]
+    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"], timing["warmup_steps"])
+    findings = advise(record, calls, section["gc"], verify)
     section["advisor"] = {
         "findings": [f.as_dict() for f in findings],
         "none": None if findings else no_finding_reason(record),
@@ -272,13 +275,42 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _device_type(cfg: Config) -> str:
+def window_section(cfg: Config, record: dict[str, Any], durations: list[float]) -> dict[str, Any]:
+    """What the profile measured: the fill and warm-up before the window, the window, and whether the
+    window was extended to :data:`MIN_MEASURED_STEPS` because the asked episodes or steps took fewer."""
+    timing, t = record["timing"], cfg.train
+    fill, warm = timing["fill_steps"], timing["warmup_steps"]
+    asked = {"episodes": t.episodes} if t.episodes > 0 else {"env_steps": t.steps}
+    asked_steps = timing.get("asked_window_steps")
+    return {
+        "asked": asked,
+        "fill_steps": fill,
+        "fill_s": sum(durations[:fill]),
+        "learning_starts": max(t.learning_starts, cfg.buffer.batch_size),
+        "warmup_steps": warm - fill,
+        "warmup_s": sum(durations[fill:warm]),
+        "measured_steps": timing["measured_steps"],
+        "measured_s": timing["measured_wall_s"],
+        "measured_env_steps": timing["measured_env_steps"],
+        "measured_episodes": timing["measured_episodes"],
+        "measured_updates": timing["measured_updates"],
+        "min_steps": MIN_MEASURED_STEPS,
+        "asked_steps": asked_steps,
+        "extended": asked_steps is not None and asked_steps < MIN_MEASURED_STEPS,
+    }
+
+
+def _device(cfg: Config) -> Any:
     from rlperf.device import resolve_device
 
-    return resolve_device(cfg.run.device).type
+    return resolve_device(cfg.run.device)
 
 
-def measure_overhead(cfg: Config, durations: list[float], instruments: list[str],
+def _device_type(cfg: Config) -> str:
+    return str(_device(cfg).type)
+
+
+def measure_overhead(cfg: Config, durations: list[float], instruments: list[str], warmup_steps: int,
                      stop: StopSignal | None = None) -> dict[str, Any]:
     """Replay the run's first vector steps without instruments (same seed, same process) and compare.
 
@@ -329,8 +361,7 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     plain = [b - a for a, b in itertools.pairwise(replay)]
     if len(plain) < k:
         return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
-    warm = t.warmup_steps
-    start = warm if k - 1 - warm >= 3 else 1
+    start = t.warmup_steps if k - 1 - t.warmup_steps >= 3 else 1
     # The first update pays one-off costs (optimizer state, autograd threads) in whichever run comes first.
     regimes = {"before_learning": range(start, min(first_train, k - 1)),
                "training": range(max(start, first_train + 1), k - 1)}
@@ -344,7 +375,7 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     # The whole run after warm-up, each step deflated by its regime's ratio.
     fallback = next(iter(ratios.values()))
     profiled_s = plain_s = 0.0
-    for i in range(min(warm, n - 1), n):
+    for i in range(min(warmup_steps, n - 1), n):
         regime = "training" if i >= first_train else "before_learning"
         profiled_s += durations[i]
         plain_s += durations[i] / ratios.get(regime, fallback)
@@ -408,7 +439,7 @@ def run_under_pyspy(pyspy: str, child_args: list[str], native: bool, scratch: Pa
     def forward_output() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.startswith("py-spy> ") or not line.strip() or _is_pyspy_error(line):
+            if line.startswith("py-spy> ") or not line.strip() or is_pyspy_error(line):
                 pyspy_lines.append(line.rstrip("\n"))
             elif not _INTERRUPTED_LINE.match(line):
                 with contextlib.suppress(OSError, ValueError):
@@ -478,27 +509,6 @@ def stop_with_parent() -> None:
     threading.Thread(target=watch, name="rlperf-parent-watch", daemon=True).start()
 
 
-def _is_pyspy_error(line: str) -> bool:
-    lowered = line.lower()
-    return lowered.startswith(("error:", "failed to", "permission denied")) or "ptrace" in lowered
-
-
-def _attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
-    run_dir = Path(record["run_dir"])
-    speedscope = run_dir / "pyspy.speedscope.json"
-    copy_atomic(recording, speedscope)
-    samples = speedscope_to_svg(speedscope, run_dir / "pyspy.svg", title=f"py-spy: {record['name']}")
-    record["profile"]["py_spy"] = {
-        "svg": "pyspy.svg",
-        "speedscope": "pyspy.speedscope.json",
-        "samples": samples,
-        "native": native,
-        "rate_hz": 100,
-    }
-    record["profile"]["artifacts"].update(pyspy_svg="pyspy.svg", pyspy_speedscope="pyspy.speedscope.json")
-    record["files"].update(profile_pyspy_svg="pyspy.svg", profile_pyspy_speedscope="pyspy.speedscope.json")
-
-
 # -- the command -------------------------------------------------------------------------------
 
 
@@ -524,7 +534,7 @@ def profile_under_pyspy(
         if not ran.recording.is_file() or ran.recording.stat().st_size == 0:
             return ran, pyspy_failure(ran.lines)
         try:
-            _attach_pyspy(ran.record, ran.recording, native)
+            attach_pyspy(ran.record, ran.recording, native)
         except DiskError as exc:
             raise DiskError(f"{exc.message}; run.json keeps the run's record, without its py-spy recording",
                             hint=exc.hint) from None
@@ -539,9 +549,45 @@ def check_runnable(cfg: Config) -> None:
     check_knobs(cfg, resolve_device(cfg.run.device))
 
 
-def check_out(out: Path) -> None:
-    """Refuse an unusable --out before starting a child process (the in-process run checks it itself)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RlperfError(f"cannot create output directory {out}: {e.strerror or e}", hint="pass a writable --out") from None
+# -- --verify: the top findings' compare lines, run -----------------------------------------------
+
+VERIFY_REPEATS = 3
+
+
+def verify_findings(record: dict[str, Any], cfg: Config, k: int, out: str | Path = "runs",
+                    on_run: Callable[[str, int, str], None] | None = None,
+                    stop: StopSignal | None = None) -> dict[str, Any]:
+    """Run the compare lines of the top ``k`` findings that have a knob: the profiled config and each
+    variant, :data:`VERIFY_REPEATS` interleaved repeats each (one shared baseline), measuring what the
+    profile measured (its env steps, its fill and warm-up left out of the rates). Each finding gains
+    ``verified``: the measured speed-up of env steps/s (median ratio), its spread and whether it is
+    inside the noise. Returns the ``profile.verify`` section (what ran, where)."""
+    from rlperf.experiments.compare import Source, compare, run_sources, variant
+
+    findings = [f for f in record["profile"]["advisor"]["findings"] if f.get("knob")][:k]
+    if not findings:
+        return {"ran": 0, "note": "no finding with a knob to verify"}
+    base = variant(cfg, [f"train.steps={record['totals']['env_steps']}",
+                         f"train.warmup_steps={record['timing']['warmup_steps']}"])
+    sources = [Source("profiled", "the profiled config", config=base)]
+    for f in findings:
+        sources.append(Source(f["knob"], f["command"], config=variant(base, [f["knob"]])))
+    sides, interrupted = run_sources(sources, VERIFY_REPEATS, out=out, name="verify", command=list(sys.argv),
+                                     on_run=on_run, stop=stop)
+    sides = [s for s in sides if s.records]
+    if len(sides) < 2:
+        return {"ran": 0, "interrupted": interrupted}
+    comparison = compare(sides)
+    rate = next(r for r in comparison["rows"] if r["metric"] == "env_steps_per_s")
+    by_label = {s.label: i for i, s in enumerate(sides)}
+    for f in findings:
+        i = by_label.get(f["knob"])
+        if i is None or i == 0:
+            f["verified"] = {"error": "interrupted before it ran"}
+            continue
+        ratio, cell = rate["ratios"][i - 1], rate["cells"][i]
+        f["verified"] = {"speedup": ratio["value"], "spread": ratio["spread"], "inside_noise": ratio["inside_noise"],
+                         "repeats": cell["n"] if cell else 0, "env_steps_per_s": cell, "baseline_env_steps_per_s":
+                         rate["cells"][0], "run_dirs": comparison["runs"][i]["run_dirs"]}
+    return {"ran": len(findings), "repeats": VERIFY_REPEATS, "interrupted": interrupted,
+            "compare_dir": str(Path(comparison["runs"][0]["run_dirs"][0]).parent), "warnings": comparison["warnings"]}

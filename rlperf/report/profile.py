@@ -15,11 +15,12 @@ from rich.text import Text
 
 from rlperf.report.units import percent_short, seconds_short
 
-def cprofile_table(section: Mapping[str, Any], title: str = "cProfile") -> Table:
-    """The top functions of a record's ``profile.cprofile`` section; rlperf's own in bold with a ●."""
+def cprofile_table(section: Mapping[str, Any], title: str = "cProfile", own: str = "rlperf's own code") -> Table:
+    """The top functions of a record's ``profile.cprofile`` section; ``own`` code (rlperf's, or the
+    profiled script's) in bold with a ●."""
     sort = section.get("sort", "cumtime")
     caption = (f"{section.get('total_calls', 0):,} calls in {section.get('total_s', 0.0):.2f} s of profiled time; "
-               f"times in s, sorted by {sort}; ● = rlperf's own code")
+               f"times in s, sorted by {sort}; ● = {own}")
     table = Table(title=title, caption=caption)
     table.add_column("", width=1, no_wrap=True)
     table.add_column("function", overflow="fold", ratio=1)
@@ -61,18 +62,39 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
         return Text(none_reason or "no finding", style="green")
     parts: list[RenderableType] = [Text("advisor: findings ranked by the time they could save", style="bold")]
     for i, f in enumerate(findings, 1):
-        saving = float(f["est_saving_s"])
-        share = f" ({percent_short(saving / total_s)})" if total_s > 0 else ""
         head = Text(f"{i}. {f['title']}", style="bold yellow")
-        head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
-        parts += [
-            head,
-            Text(f"   evidence: {f['evidence']}"),
-            Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
-                          f"   expected: {f['expected_gain']} ({f['reference']})"),
-            Text.assemble("   verify: ", (f["command"], "cyan")),
-        ]
+        saving = f.get("est_saving_s")
+        if saving is not None:
+            share = f" ({percent_short(saving / total_s)})" if total_s > 0 else ""
+            head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
+        if f.get("where"):
+            head.append(f" — in {f['where']}")
+        parts += [head, Text(f"   evidence: {f['evidence']}"), Text(f"   fix: {f['fix']}")]
+        if f.get("knob"):
+            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
+                                       f"   expected: {f['expected_gain']} ({f['reference']})"))
+        else:
+            parts.append(Text(f"   expected: {f['expected_gain']} ({f['reference']})"))
+        parts.append(Text(f"   estimate: {f['estimate']}"))
+        if f.get("command"):
+            parts.append(Text.assemble("   verify: ", (f["command"], "cyan")))
+        verified = f.get("verified")
+        if verified:
+            parts.append(Text(f"   measured: {verified_text(verified, saving, total_s)}", style="bold"))
     return Group(*parts)
+
+
+def verified_text(v: Mapping[str, Any], saving: float | None, total_s: float) -> str:
+    """The measured gain of a finding's compare line beside its estimate (``profile --verify``)."""
+    if v.get("error"):
+        return f"not verified: {v['error']}"
+    speedup, spread = v["speedup"], v.get("spread") or 0.0
+    text = f"{speedup:.2f}× ± {spread:.2f} env steps/s over {v['repeats']} interleaved repeats"
+    if v.get("inside_noise"):
+        text += " (inside the noise: the ranges overlap)"
+    if saving is not None and 0 < saving < total_s:
+        text += f"; estimated {total_s / (total_s - saving):.2f}× of the measured phase time"
+    return text
 
 
 def overhead_line(section: dict[str, Any]) -> str:
@@ -89,11 +111,28 @@ def overhead_line(section: dict[str, Any]) -> str:
     return line
 
 
+def window_line(section: Mapping[str, Any]) -> str | None:
+    """What the profile measured, and what it left out before the window (a record's ``profile.window``)."""
+    w = section.get("window")
+    if not w:
+        return None
+    line = (f"measured: {w['measured_steps']:,} vector steps ({w['measured_env_steps']:,} env steps, "
+            f"{w['measured_episodes']:,} episodes, {w['measured_updates']:,} updates) in {w['measured_s']:.2f} s, after "
+            f"filling the replay to train.learning_starts={w['learning_starts']:,} ({w['fill_steps']} vector steps, "
+            f"{w['fill_s']:.2f} s) and {w['warmup_steps']} warm-up steps ({w['warmup_s']:.2f} s), both left out")
+    if w.get("extended"):
+        asked = w["asked"]
+        what = (f"--episodes {asked['episodes']:,}" if "episodes" in asked else f"--steps {asked['env_steps']:,}")
+        line += (f"; {what} took {w['asked_steps']} vector steps, fewer than the {w['min_steps']} a stable p95 needs, "
+                 f"so the window was extended to {w['min_steps']}")
+    return line
+
+
 def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
     """Print a profiled run: phases, summary, cProfile, torch ops, GC, overhead, artifacts, advisor."""
     from rich.console import Console
 
-    from rlperf.report.tables import phase_table, summary_table
+    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
 
     console = Console()
     p = record["profile"]
@@ -103,6 +142,12 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
         mode += f"; measured under {' + '.join(o['instruments'])} (×{o['ratio']:.2f} overhead)"
     console.print(phase_table(record["phases"], title="phases", timing_mode=mode))
     console.print(summary_table(record))
+    window = window_line(p)
+    if window:
+        console.print(window, highlight=False, markup=False)
+    growth = episode_growth_line(record)
+    if growth:
+        console.print(growth, highlight=False, markup=False)
     if p.get("cprofile"):
         console.print(cprofile_table(p["cprofile"], title=f"cProfile: top {len(p['cprofile']['top'])} functions"))
     t = p.get("torch")
@@ -129,6 +174,13 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
             console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
     adv = p["advisor"]
     console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    v = p.get("verify")
+    if v:
+        line = (f"verified: {v['ran']} compare line(s), {v.get('repeats', 0)} interleaved repeats each, runs in "
+                f"{v['compare_dir']}" if v.get("ran") else f"verify: {v.get('note', 'interrupted before a run finished')}")
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+        for warning in v.get("warnings") or []:
+            console.print(f"warning: {warning}", highlight=False, soft_wrap=True, markup=False)
     status = record["status"]
     if not quiet or status != "completed":
         line = f"run {record['name']}: {status} -> {record['run_dir']}"
@@ -158,3 +210,57 @@ def _short_run_note(record: dict[str, Any]) -> str | None:
     if totals["updates"] == 0:
         return "note: the run ended before the first gradient update (train.learning_starts); train is not profiled"
     return None
+
+
+PHASE_API_HINT = ("timer = rlperf.PhaseTimer(device); with timer.phase(\"step\"): ...; timer.step_done() "
+                  "(README: Profile your own loop)")
+
+
+def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
+    """Print a profiled script: its phase table (or how to get one), cProfile with its own code marked,
+    torch.profiler, GC, artifacts and the advisor's findings; then where the run directory is."""
+    from rich.console import Console
+
+    from rlperf.report.tables import phase_table
+
+    console = Console()
+    p = record["profile"]
+    script = record["script"]
+    if record.get("phases"):
+        timing = record["timing"]
+        console.print(phase_table(record["phases"], title="your loop's phases", timing_mode=timing["mode"]))
+        step = timing.get("vector_step") or {}
+        console.print(f"{timing['measured_steps']:,} steps measured (after {timing['warmup_steps']} warm-up) in "
+                      f"{timing['measured_wall_s']:.2f} s: {record['throughput']['steps_per_s']:,.1f} steps/s, median step "
+                      f"{step.get('p50_ms', 0.0):.3g} ms" + (f" (rlperf.PhaseTimer: {script['phase_timers']} timers, the "
+                      f"busiest shown)" if script["phase_timers"] > 1 else ""), highlight=False, markup=False)
+    else:
+        console.print(f"no phase timings: the script does not use rlperf.PhaseTimer; three lines give you the phase "
+                      f"table: {PHASE_API_HINT}", highlight=False, soft_wrap=True, markup=False)
+    if p.get("cprofile"):
+        console.print(cprofile_table(p["cprofile"], title=f"cProfile: top {len(p['cprofile']['top'])} functions",
+                                     own=p.get("own", "your code")))
+    t = p.get("torch")
+    if t:
+        if t.get("recorded"):
+            console.print(torch_ops_table(t))
+        else:
+            console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
+    spy = p.get("py_spy")
+    if spy and spy.get("skipped"):
+        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
+    gc = p["gc"]
+    n = gc["collections"]
+    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
+                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of the script; longest pause "
+                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+    run_dir = Path(record["run_dir"])
+    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
+                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
+        if key in p["artifacts"]:
+            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
+    adv = p["advisor"]
+    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    if not quiet or record["status"] != "completed":
+        print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
+              f"{record['run_dir']}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -52,3 +52,61 @@ def summarize(samples: Sequence[float | None]) -> Summary | None:
 def overlaps(a: Summary, b: Summary) -> bool:
     """Whether two columns' min–max ranges overlap: their difference is inside the noise."""
     return a.lo <= b.hi and b.lo <= a.hi
+
+
+GROWTH_NOTED = 1.5
+"""Time per episode that grows by this factor from the first to the last quarter of a run is explained."""
+
+
+def episode_split(intervals: Sequence[Mapping[str, Any]], parts: int = 4, start_env_steps: int = 0) -> dict[str, Any] | None:
+    """Time per episode as steps per episode × time per env step, in the first and the last
+    ``1/parts`` of a run's log intervals (a record's ``intervals``), and the growth of each.
+
+    Only intervals from ``start_env_steps`` on count (the replay's fill and the warm-up run no or
+    first updates: cheaper, or dearer, steps); from the start, the first interval is left out (it
+    holds the start-up). None when there are too few intervals or either part has no finished episode.
+    """
+    rows = [r for r in intervals if is_number(r.get("env_steps")) and is_number(r.get("wall_s"))]
+    spans = []
+    previous: Mapping[str, Any] = {"env_steps": 0, "wall_s": 0.0}
+    for r in rows:
+        if previous["env_steps"] >= start_env_steps:
+            spans.append({"env_steps": r["env_steps"] - previous["env_steps"], "wall_s": r["wall_s"] - previous["wall_s"],
+                          "episodes": r.get("episodes") or 0,
+                          "episode_steps": (r.get("episodes") or 0) * (r.get("mean_episode_length") or 0.0),
+                          "end": r["env_steps"]})
+        previous = r
+    if start_env_steps <= 0:
+        spans = spans[1:]
+    if len(spans) < 2 * parts:
+        return None
+    start = spans[0]["end"] - spans[0]["env_steps"]
+    total = spans[-1]["end"] - start
+    first = [s for s in spans if s["end"] - start <= total / parts] or spans[:1]
+    last = [s for s in spans if s["end"] - start > total * (parts - 1) / parts] or spans[-1:]
+
+    def part(group: list[dict[str, float]]) -> dict[str, float] | None:
+        episodes = sum(s["episodes"] for s in group)
+        steps, seconds = sum(s["env_steps"] for s in group), sum(s["wall_s"] for s in group)
+        if episodes <= 0 or steps <= 0 or seconds <= 0:
+            return None
+        per_episode = sum(s["episode_steps"] for s in group) / episodes
+        return {"env_steps": steps, "episodes": episodes, "steps_per_episode": per_episode,
+                "s_per_env_step": seconds / steps, "s_per_episode": per_episode * seconds / steps}
+
+    a, b = part(first), part(last)
+    if a is None or b is None:
+        return None
+    growth = {key: b[key] / a[key] for key in ("s_per_episode", "steps_per_episode", "s_per_env_step")}
+    return {"first": a, "last": b, "growth": growth, "parts": parts, "from_env_steps": start}
+
+
+def training_start(record: Mapping[str, Any]) -> int:
+    """Env steps after which a run's loop trains steadily: the replay's fill and the timer's warm-up done."""
+    cfg = record.get("config") or {}
+    train, env, buffer = cfg.get("train") or {}, cfg.get("env") or {}, cfg.get("buffer") or {}
+    n = int(env.get("num_envs") or 1)
+    fill = max(int(train.get("learning_starts") or 0), int(buffer.get("batch_size") or 0))
+    timing = record.get("timing") or {}
+    warm = int(timing.get("warmup_steps") or 0) - int(timing.get("fill_steps") or 0)
+    return fill + max(warm, 0) * n

@@ -15,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from rlperf.report import units
+from rlperf.report.stats import GROWTH_NOTED, episode_split, training_start
 from rlperf.report.units import MISSING
 from rlperf.timers import PHASES
 
@@ -102,6 +103,9 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
         ("env steps/s", units.rate(throughput.get("env_steps_per_s"))),
         ("updates/s", units.rate(throughput.get("updates_per_s"))),
         ("replay ratio", units.general(throughput.get("replay_ratio"))),
+        ("steps per episode", units.fixed(learning.get("mean_episode_length"), 1)),
+        ("s / 1000 env steps", units.general(throughput.get("s_per_1000_env_steps"))),
+        ("s / 1000 episodes", units.general(throughput.get("s_per_1000_episodes"))),
         ("mean score (last 100)", units.fixed(learning.get("mean_score_last_100"), 2)),
         ("best score", units.general(learning.get("best_score"))),
         ("peak RSS", units.megabytes(memory.get("peak_rss_mb"))),
@@ -115,6 +119,29 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
     for label, value in rows:
         table.add_row(label, value)
     return table
+
+
+def episode_growth_line(record: Mapping[str, Any]) -> str | None:
+    """Time per episode split into steps per episode × time per env step, first to last quarter of
+    the run, when it grew by :data:`GROWTH_NOTED` or more (docs/bottlenecks.md §19); else None."""
+    split = episode_split(record.get("intervals") or [], start_env_steps=training_start(record))
+    if split is None or split["growth"]["s_per_episode"] < GROWTH_NOTED:
+        return None
+    return growth_text(split) + " (docs/bottlenecks.md §19)"
+
+
+def growth_text(split: Mapping[str, Any]) -> str:
+    """One sentence: how much time per episode grew, its two factors, and which of them grew."""
+    a, b, g = split["first"], split["last"], split["growth"]
+    lengths, per_step = g["steps_per_episode"], g["s_per_env_step"]
+    cause = ("the episodes got longer while the cost per env step did not grow: the agent survives longer, the loop "
+             "did not slow down" if per_step < 1.2 else
+             "each env step got slower" + (", and the episodes longer" if lengths >= 1.2 else ""))
+    after = f" after its first {split['from_env_steps']:,} env steps (fill, warm-up)" if split["from_env_steps"] else ""
+    return (f"time per episode grew {g['s_per_episode']:.1f}× from the first to the last quarter of the run{after} "
+            f"= steps per "
+            f"episode ×{lengths:.2f} ({a['steps_per_episode']:.1f} → {b['steps_per_episode']:.1f}) × time per env step "
+            f"×{per_step:.2f} ({1e6 * a['s_per_env_step']:.1f} → {1e6 * b['s_per_env_step']:.1f} µs): {cause}")
 
 
 def print_table(table: Table) -> None:

@@ -36,6 +36,7 @@ from rlperf.run.files import (
     CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record, save_torch_atomic,
     write_bytes_atomic,
 )
+from rlperf.env.gym_env import SNAKE_ID
 from rlperf.run.record import METRICS_FIELDS, RunHistory
 
 if TYPE_CHECKING:
@@ -157,8 +158,8 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
         )
     if state["env"] is None:
         raise RlperfError(
-            f"run {run_dir} used env.backend={cfg.env.backend}, whose env state cannot be saved",
-            hint="only env.backend=tensor runs can be resumed",
+            f"run {run_dir} used env.id={cfg.env.id} env.backend={cfg.env.backend}, whose env state cannot be saved",
+            hint="only rlperf/Snake-v0 runs with env.backend=tensor can be resumed",
         )
     saved_device = torch.device(state["run"]["device"])
     if saved_device.type != device.type:
@@ -423,7 +424,8 @@ def checkpoint_state(
         "config": config_to_dict(cfg),
         "agent": agent.state_dict(),
         "buffer": buffer.state_dict(),
-        "env": env.state_dict() if cfg.env.backend == "tensor" else None,  # state_dict holds the current obs
+        # state_dict holds the current obs; only the batched Snake can save its state
+        "env": env.state_dict() if cfg.env.backend == "tensor" and cfg.env.id == SNAKE_ID else None,
         "progress": progress.state_dict(),
         "timer": timer.state_dict(),
         "rng": rng_state(),

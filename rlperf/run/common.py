@@ -36,8 +36,8 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare(cfg: Config) -> torch.device:
-    """Resolve the device, refuse knobs that cannot apply, and apply ``run.threads``."""
+def _refuse(cfg: Config) -> torch.device:
+    """The device, after refusing the knobs that cannot apply on it and a missing TensorBoard."""
     device = resolve_device(cfg.run.device)
     check_knobs(cfg, device)
     if cfg.train.tensorboard:
@@ -46,6 +46,25 @@ def prepare(cfg: Config) -> torch.device:
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
         except ImportError:
             raise RlperfError("--tensorboard needs the tensorboard package", hint="pip install 'rlperf[tb]'") from None
+    return device
+
+
+def check_run(cfg: Config) -> None:
+    """Refuse what :func:`rlperf.run.lifecycle.train_run` would refuse before it writes anything (the
+    device, knobs that cannot apply, a run that does not fit in memory), changing nothing: so that
+    ``sweep`` and ``compare`` refuse a bad grid point or variant before their first run."""
+    from rlperf.env.backends import env_spec
+    from rlperf.run.memory import check_run_memory
+
+    device = _refuse(cfg)
+    obs_shape, _ = env_spec(cfg)  # an env id that does not fit is refused here
+    if cfg.run.mode == "sync":
+        check_run_memory(cfg, obs_shape, device)
+
+
+def prepare(cfg: Config) -> torch.device:
+    """Resolve the device, refuse knobs that cannot apply, and apply ``run.threads``."""
+    device = _refuse(cfg)
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(cfg.run.threads)

@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from rlperf.errors import DiskError, RlperfError
 
 SCHEMA = 1
@@ -42,8 +40,8 @@ CONFIG_NAME = "config.toml"
 METRICS_NAME = "metrics.csv"
 CHECKPOINT_NAME = "checkpoint.pt"
 
-RUN_KINDS = frozenset({"train", "profile", "sweep", "compare", "replay"})
-"""What ``kind`` a run record can have (the command that made the run)."""
+RUN_KINDS = frozenset({"train", "profile", "sweep", "compare", "replay", "external"})
+"""What ``kind`` a run record can have (the command that made the run; ``external``: ``rlperf.PhaseTimer``)."""
 STATUSES = frozenset({"completed", "interrupted", "diverged", "failed"})
 
 NAME_MAX_BYTES = 200
@@ -325,7 +323,7 @@ def _json_default(obj: Any) -> Any:
     """Encode the values a record naturally holds: numpy scalars/arrays, paths, devices, dataclasses."""
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy scalar or array, 0-d tensor
         return obj.tolist()
-    if isinstance(obj, (Path, torch.device)):
+    if isinstance(obj, Path) or type(obj).__name__ == "device":  # a path, a torch.device
         return str(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
@@ -386,6 +384,8 @@ def copy_atomic(source: str | Path, path: str | Path) -> None:
 
 def save_torch_atomic(path: str | Path, obj: Any) -> None:
     """``torch.save(obj)`` to ``path`` atomically (a checkpoint is never half written)."""
+    import torch  # here, not at the top: a run directory for an external record needs no torch
+
     _write_atomic(path, lambda f: torch.save(obj, f))
 
 
@@ -495,7 +495,7 @@ def read_metrics_header(path: str | Path, fieldnames: Iterable[str]) -> list[str
                           hint="resume into the run directory that wrote it") from None
     header = next(csv.reader([line]))
     expected = list(fieldnames)
-    if header != expected:
+    if header != expected[: len(header)]:  # a file written before columns were added keeps its own
         shown = ",".join(header)
         raise RlperfError(
             f"{path} has columns {shown if len(shown) <= 120 else shown[:117] + '...'}, expected {','.join(expected)}",
@@ -508,7 +508,8 @@ class MetricsCSV:
     """Appends learning-curve rows to a CSV file, each row one ``write`` to the OS.
 
     A new file is created with its header atomically (never a 0-byte file); reopening an existing
-    file (``--resume``) checks that the header matches and appends below it. A last line cut short
+    file (``--resume``) checks that the header matches, or is the start of the columns (a file
+    written before columns were added keeps its own), and appends below it. A last line cut short
     by a crash is dropped on reopening. A row the filesystem refuses is cut back out (the file ends
     at its last whole row) and raises DiskError. Missing fields are left empty; unknown fields are
     an error.
@@ -518,6 +519,7 @@ class MetricsCSV:
         self.path = Path(path)
         self.fieldnames = list(fieldnames)
         existing = read_metrics_header(self.path, self.fieldnames)
+        self.columns = existing if existing is not None else self.fieldnames
         if existing is None:
             write_text_atomic(self.path, self._encode(None))
         try:
@@ -535,7 +537,8 @@ class MetricsCSV:
 
     def _encode(self, row: Mapping[str, Any] | None) -> str:
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=self.fieldnames, restval="", lineterminator="\r\n")
+        writer = csv.DictWriter(text, fieldnames=self.columns, restval="", lineterminator="\r\n",
+                                extrasaction="ignore" if self.columns != self.fieldnames else "raise")
         if row is None:
             writer.writeheader()
         else:

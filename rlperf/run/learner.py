@@ -63,6 +63,7 @@ from rlperf.buffer import Batch
 from rlperf.config import Config, config_to_dict, to_toml
 from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
+from rlperf.env.gym_env import SNAKE_ID
 from rlperf.env.vector import observation_shape
 from rlperf.errors import ConfigError, DiskError
 from rlperf.report.dashboard import Dashboard
@@ -121,6 +122,9 @@ def usable_async_config(cfg: Config) -> Config:
 def check_async(cfg: Config) -> None:
     """Refuse, with one line each, settings the async mode cannot honour."""
     a, b = cfg.async_, cfg.buffer
+    if cfg.env.id != SNAKE_ID:
+        raise ConfigError(f"run.mode=async trains on rlperf/Snake-v0 only, not env.id={cfg.env.id}",
+                          hint="use --set run.mode=sync for other envs")
     if cfg.env.backend != "tensor":
         raise ConfigError(
             f"env.backend={cfg.env.backend} does not apply with run.mode=async: each actor steps the batched env",
@@ -591,7 +595,7 @@ class Learner:
                 finite = math.isfinite(p.last_loss)
             now_s = time.perf_counter()
             window = self._window(now_s) if self.window_start is not None else None
-            row = metrics_row(p, now_s - self.t_start, window)
+            row = metrics_row(p, now_s - self.t_start, window, self.history)
             self.metrics.write(row)
             if self.board.enabled:
                 done = p.episodes if self.board.unit == "episodes" else p.env_steps
@@ -719,6 +723,7 @@ class Learner:
         m = self._async_metrics(t_end)
         window = self._window(t_end)
         timing = self.timer.to_dict()
+        timing["vector_step"] = None  # the learner's loop steps are not env vector steps
         warmup_s = (self.window_start or (self.t_all_running or self.t_start,))[0] - self.t_start
         if cfg.train.checkpoint and status in ("completed", "interrupted"):
             try:

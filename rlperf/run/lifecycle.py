@@ -53,9 +53,8 @@ import torch
 from rlperf.buffer import ReplayBuffer
 from rlperf.config import Config, to_toml
 from rlperf.device import is_out_of_memory, synchronize
-from rlperf.dqn import Agent, Progress, run_loop, stop_reached
-from rlperf.env.backends import make_env
-from rlperf.env.vector import observation_shape
+from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
+from rlperf.env.backends import build_env, env_spec
 from rlperf.errors import DiskError, RlperfError
 from rlperf.report.dashboard import Dashboard
 from rlperf.run.checkpoint import (
@@ -81,11 +80,19 @@ __all__ = ["METRICS_FIELDS", "RESERVE_BYTES", "RunHooks", "RunInterrupted", "Run
 
 @dataclass
 class RunHooks:
-    """Optional instruments around the loop (used by ``rlperf profile``)."""
+    """Optional instruments around the loop (used by ``rlperf profile``).
+
+    ``measure_after_fill``: the timer's warm-up starts only once the replay holds
+    ``train.learning_starts`` transitions (the fill is excluded too), and the stop condition counts
+    episodes or env steps from the end of that warm-up, in a measured window of at least
+    ``min_measured_steps`` vector steps: what ``rlperf profile --episodes N`` measures.
+    """
 
     around_loop: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     on_step: Callable[[], None] | None = None
     annotate_phases: bool = False
+    measure_after_fill: bool = False
+    min_measured_steps: int = 0
 
 
 def train_run(
@@ -125,7 +132,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     """Check, build and run; ``held`` closes the run directory's lock and the env when the run ends."""
     device = prepare(cfg)
     e = cfg.env
-    obs_shape = observation_shape(e.size, e.obs, e.flood_fill)
+    obs_shape, n_actions = env_spec(cfg)
     saved: dict[str, Any] | None = None
     run_dir: Path | None = None
     if resume is not None:
@@ -143,14 +150,15 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     check_run_memory(cfg, obs_shape, device)
     seed_everything(cfg.run.seed)
     with refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
-        env = make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                       initial_length=e.initial_length, hunger=e.hunger or None, kernel=e.kernel)
+        env = build_env(cfg, device)
     held.callback(env.close)
     buffer = ReplayBuffer(cfg.buffer.capacity, obs_shape, device, storage=cfg.buffer.storage, push=cfg.buffer.push,
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run
     with refusing_oom("the Q-network", f"agent.hidden={list(cfg.agent.hidden)}", "use narrower agent.hidden"):
-        agent = Agent(cfg, obs_shape, device)
-    timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=cfg.train.warmup_steps, annotate=hooks.annotate_phases)
+        agent = Agent(cfg, obs_shape, device, n_actions)
+    fill = steps_before_learning(cfg) if hooks.measure_after_fill else 0
+    timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
+                       annotate=hooks.annotate_phases)
     progress = Progress()
     if saved is not None:
         assert run_dir is not None
@@ -165,7 +173,8 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         run_dir = make_run_dir(out, name, prefix=kind)  # only once everything was accepted
         held.callback(os.close, lock_run_dir(run_dir))
     run = SyncRun(cfg=cfg, device=device, run_dir=run_dir, kind=kind, env=env, buffer=buffer, agent=agent, timer=timer,
-                  progress=progress, history=history, hooks=hooks, stop=stop)
+                  progress=progress, history=history, hooks=hooks, stop=stop,
+                  fill_steps=fill)
     return run.run(resumed=saved is not None, show=show and not quiet, new_dir=new)
 
 
@@ -175,8 +184,7 @@ def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.d
     (counters, phase statistics, learning, history); nothing is trained. Memory peaks were not
     measured by this process: they are null, with ``rss_scope: "not measured"``."""
     cfg = Config.model_validate(state["config"])
-    e = cfg.env
-    obs_shape = observation_shape(e.size, e.obs, e.flood_fill)
+    obs_shape, _ = env_spec(cfg)
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=cfg.train.warmup_steps)
     timer.load_state_dict(state["timer"])
     progress = Progress()
@@ -214,6 +222,20 @@ class SyncRun:
     hooks: RunHooks
     stop: StopSignal
     started: float = field(default_factory=time.perf_counter)
+    fill_steps: int = 0  # vector steps of the timer's warm-up that only filled the replay
+    asked_at: int | None = field(default=None, init=False)  # measured steps at which the asked window was complete
+
+    def done(self, p: Progress) -> bool:
+        """The stop condition: the config's, or (``hooks.measure_after_fill``) counted after the warm-up."""
+        if not self.hooks.measure_after_fill:
+            return stop_reached(self.cfg, p)
+        # From the counters, not the timer: in the step's own log phase they already include it.
+        measured = p.vector_steps - self.timer.warmup_steps
+        if measured <= 0:
+            return False
+        if self.asked_at is None and stop_reached(self.cfg, p, since=self.history.at_warmup_end):
+            self.asked_at = measured
+        return self.asked_at is not None and measured >= self.hooks.min_measured_steps
 
     # -- the loop's callbacks --------------------------------------------------------------------
 
@@ -241,7 +263,7 @@ class SyncRun:
         if self.hooks.on_step is not None:
             self.hooks.on_step()
         if (t.checkpoint and p.vector_steps % t.log_every == 0 and p.status == "running"
-                and not self.stop() and not stop_reached(self.cfg, p) and self.checkpoints.due()):
+                and not self.stop() and not self.done(p) and self.checkpoints.due()):
             with self.timer.phase("log"):
                 if weights_finite(self.agent):
                     self.checkpoints.write(self.state(), p)
@@ -250,7 +272,7 @@ class SyncRun:
 
     def on_log(self, p: Progress) -> None:
         wall, window = self.wall_s(), self.window()
-        row = metrics_row(p, wall, window)
+        row = metrics_row(p, wall, window, self.history)
         self.metrics.write(row)
         if self.tb is not None:
             for key in ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s"):
@@ -294,11 +316,11 @@ class SyncRun:
             obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
             with self.board, self.hooks.around_loop():
                 run_loop(cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
-                         should_stop=self.stop, on_step=self.on_step)
+                         should_stop=self.stop, on_step=self.on_step, done=self.done)
             synchronize(self.device)
             if p.status == "diverged":
                 status, error = "diverged", self._divergence_message()
-            elif self.stop() and not stop_reached(cfg, p):  # a signal on the last step: the run is complete
+            elif self.stop() and not self.done(p):  # a signal on the last step: the run is complete
                 status = "interrupted"
         except DiskError as exc:  # metrics.csv or a periodic checkpoint: the disk is full
             status, error, disk = "failed", str(exc), exc
@@ -350,9 +372,12 @@ class SyncRun:
                                record=record, run_dir=self.run_dir) from None
 
     def record(self, status: str, wall: float, rss_scope: str, error: str | None) -> dict[str, Any]:
+        timing: dict[str, Any] = {"fill_steps": self.fill_steps}
+        if self.hooks.measure_after_fill:
+            timing["asked_window_steps"] = self.asked_at
         return sync_record(self.cfg, self.device, self.run_dir, self.kind, self.history, self.progress, self.timer,
                            status, wall, rss_scope, error, self.checkpoints.describe(), self.buffer.obs_shape,
-                           capacity=self.buffer.capacity)
+                           capacity=self.buffer.capacity, timing_extra=timing)
 
     def _divergence_message(self) -> str:
         p, cfg = self.progress, self.cfg
@@ -365,9 +390,11 @@ class SyncRun:
 
 def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory, p: Progress,
                 timer: PhaseTimer, status: str, wall: float, rss_scope: str, error: str | None,
-                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], capacity: int | None = None) -> dict[str, Any]:
-    """A sync run's record from its parts (a run that just ended, or a finished run's checkpoint)."""
-    timing = timer.to_dict()
+                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], capacity: int | None = None,
+                timing_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A sync run's record from its parts (a run that just ended, or a finished run's checkpoint);
+    ``timing_extra`` joins the timer's figures (the profile's fill and asked window)."""
+    timing = {**timer.to_dict(), **(timing_extra or {})}
     # Rates over the measured window; a run that was all warm-up is measured whole.
     warm = history.at_warmup_end if timer.measured_steps else {"env_steps": 0, "updates": 0, "episodes": 0}
     window = Window(timing["wall_s"] if timing["wall_s"] > 0 else wall, p.env_steps - warm["env_steps"],

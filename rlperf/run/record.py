@@ -14,7 +14,6 @@ reports its own peak, not the process's so far. Where the reset is not possible 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import os
 import platform
 import resource
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlperf.config import Config, config_to_dict
+from rlperf.system import cpu_model
 from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA
 
 if TYPE_CHECKING:
@@ -36,9 +36,14 @@ if TYPE_CHECKING:
 
 METRICS_FIELDS = (
     "vector_steps", "env_steps", "episodes", "updates", "wall_s", "mean_score_100", "mean_return_100",
-    "best_score", "epsilon", "loss", "env_steps_per_s",
+    "best_score", "epsilon", "loss", "env_steps_per_s", "mean_episode_length",
 )
-"""The columns of ``metrics.csv``, one row per log interval."""
+"""The columns of ``metrics.csv``, one row per log interval. ``mean_episode_length`` is the mean
+length of the episodes that finished in that interval (empty when none did)."""
+
+MAX_INTERVALS = 128
+"""Log intervals a record keeps (``intervals``); longer runs keep evenly spaced rows,
+each then covering several intervals exactly."""
 
 
 def now() -> str:
@@ -61,6 +66,15 @@ class RunHistory:
     wall_s: float = 0.0  # wall seconds of the segments before this one
     resumed: list[dict[str, Any]] = field(default_factory=list)
     at_warmup_end: dict[str, int] = field(default_factory=lambda: {"env_steps": 0, "updates": 0, "episodes": 0})
+    # Cumulative [env_steps, episodes read, their env steps, wall_s] at log rows, thinned to at most
+    # 2 x MAX_INTERVALS: differences between any two rows are exact interval figures.
+    intervals: list[list[float]] = field(default_factory=list)
+
+    def add_interval(self, p: Progress, wall_s: float) -> None:
+        """Note a log row (where the run's curve of episode length and cost per env step is read)."""
+        self.intervals.append([p.env_steps, p.lengths_read, p.episode_steps, round(wall_s, 6)])
+        if len(self.intervals) > 2 * MAX_INTERVALS:
+            self.intervals = self.intervals[-1::-2][::-1]  # every other row, the latest kept
 
 
 @dataclass(frozen=True)
@@ -76,13 +90,40 @@ class Window:
         return count / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def metrics_row(p: Progress, wall_s: float, measured: Window | None) -> dict[str, Any]:
-    """One ``metrics.csv`` row. The rate is over the measured window (warm-up excluded, as in the
-    record); before the warm-up ends it is over the whole run so far."""
+def metrics_row(p: Progress, wall_s: float, measured: Window | None, history: RunHistory | None = None) -> dict[str, Any]:
+    """One ``metrics.csv`` row, noted in ``history``'s intervals. The rate is over the measured window
+    (warm-up excluded, as in the record); before the warm-up ends it is over the whole run so far."""
     rate = measured.rate(measured.env_steps) if measured is not None else (p.env_steps / wall_s if wall_s > 0 else 0.0)
+    length = None
+    if history is not None:
+        last = history.intervals[-1] if history.intervals else [0, 0, 0, 0.0]
+        episodes = p.lengths_read - last[1]
+        length = (p.episode_steps - last[2]) / episodes if episodes > 0 else None
+        history.add_interval(p, wall_s)
     return dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes, updates=p.updates,
                 wall_s=round(wall_s, 4), mean_score_100=p.mean_score, mean_return_100=p.mean_return,
-                best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate)
+                best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate,
+                mean_episode_length=length)
+
+
+def interval_rows(intervals: list[list[float]], limit: int = MAX_INTERVALS) -> list[dict[str, Any]]:
+    """The record's ``intervals``: per log interval (or evenly merged ones past ``limit``),
+    where it ended (env steps, wall seconds), the episodes that finished in it, their mean length,
+    and the interval's seconds per 1000 env steps."""
+    rows = list(intervals)
+    if len(rows) > limit:
+        step = len(rows) / limit
+        rows = [rows[min(len(rows) - 1, round((i + 1) * step) - 1)] for i in range(limit)]
+    out = []
+    previous = [0, 0, 0, 0.0]
+    for row in rows:
+        steps, episodes = row[0] - previous[0], row[1] - previous[1]
+        seconds = row[3] - previous[3]
+        out.append({"env_steps": int(row[0]), "wall_s": row[3], "episodes": int(episodes),
+                    "mean_episode_length": (row[2] - previous[2]) / episodes if episodes > 0 else None,
+                    "s_per_1000_env_steps": 1000 * seconds / steps if steps > 0 else None})
+        previous = row
+    return out
 
 
 def build_record(
@@ -104,14 +145,16 @@ def build_record(
     checkpoint: Mapping[str, Any] | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds and measured
-    steps; ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
+    """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds (of which
+    ``fill_steps`` only filled the replay, when the warm-up waited for it) and measured steps;
+    ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
     returned at the start; ``memory`` extra memory figures."""
     p = progress
     files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
     if checkpoint is not None:
         files["checkpoint"] = CHECKPOINT_NAME
     episode_rate = window.rate(window.episodes)
+    step_rate = window.rate(window.env_steps)
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "kind": kind,
@@ -125,17 +168,23 @@ def build_record(
         "system": system_info(device),
         "env": _env_kernel(cfg, device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
-                   "measured_steps": timing["measured_steps"], "measured_wall_s": window.wall_s},
+                   "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
+                   "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
+                   "measured_episodes": window.episodes, "measured_updates": window.updates,
+                   "vector_step": timing.get("vector_step"),
+                   **({"asked_window_steps": timing["asked_window_steps"]} if "asked_window_steps" in timing else {})},
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
                    "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
         "throughput": {
-            "env_steps_per_s": window.rate(window.env_steps),
+            "env_steps_per_s": step_rate,
             "updates_per_s": window.rate(window.updates),
             "episodes_per_s": episode_rate,
+            "s_per_1000_env_steps": 1000.0 / step_rate if step_rate > 0 else None,
             "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
             "replay_ratio": p.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
         },
         "phases": dict(phases),
+        "intervals": interval_rows(history.intervals),
         "learning": {
             "mean_score_last_100": finite(p.mean_score),
             "mean_return_last_100": finite(p.mean_return),
@@ -160,7 +209,7 @@ def _env_kernel(cfg: Config, device: torch.device) -> dict[str, str | None]:
 
     e = cfg.env
     where = torch.device("cpu") if cfg.run.mode == "async" else device
-    return planned_kernel(e.backend, e.kernel, where, e.flood_fill, e.size)
+    return planned_kernel(e.backend, e.kernel, where, e.flood_fill, e.size, e.id)
 
 
 # -- the system ---------------------------------------------------------------------------------
@@ -196,19 +245,6 @@ def _rlperf_version() -> str:
     import rlperf
 
     return rlperf.__version__
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's marketing name ("AMD EPYC 7B13"), or the best this platform offers."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def git_revision(cwd: str | Path | None = None) -> str | None:

@@ -1,0 +1,186 @@
+"""The CI gate (``rlperf compare BASELINE --candidate C --fail-if-slower 5%``): its test, its exit codes,
+its verdict as JSON, on records and on configs run now."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rlperf.cli import main
+from rlperf.errors import RlperfError
+from rlperf.experiments import gate
+
+SYSTEM = {"rlperf": "0.1.0", "torch": "2.13.0", "device": "cpu", "device_name": "AMD EPYC", "torch_threads": 1}
+
+TINY_TOML = """
+[run]
+device = "cpu"
+threads = 1
+[env]
+num_envs = 8
+size = 6
+[agent]
+hidden = [16]
+[buffer]
+capacity = 2000
+batch_size = 16
+[train]
+steps = 256
+learning_starts = 64
+log_every = 8
+warmup_steps = 2
+checkpoint = false
+"""
+
+
+def write_record(folder: Path, name: str, us_per_env_step: float, kind: str = "train") -> Path:
+    """A run directory whose record has what the gate reads: 16 env steps per vector step."""
+    run_dir = folder / name
+    run_dir.mkdir(parents=True)
+    record = {
+        "schema": 1, "kind": kind, "name": name, "run_dir": str(run_dir), "status": "completed", "system": SYSTEM,
+        "totals": {"env_steps": 16_000, "vector_steps": 1_000},
+        "timing": {"vector_step": {"p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3,
+                                   "calls": 1000}},
+        "throughput": {"env_steps_per_s": 1e6 / us_per_env_step},
+        "phases": {"step": {"total_s": 1.0, "share": 1.0}},
+    }
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+# -- the statistics -------------------------------------------------------------------------------
+
+
+def test_the_exact_u_distribution() -> None:
+    for n, m in ((1, 1), (3, 4), (5, 5), (7, 9)):
+        assert sum(gate._u_counts(n, m)) == math.comb(n + m, n)
+    assert gate.u_cdf(4, 5, 5) == pytest.approx(12 / 252)  # the one-sided 5% critical value at 5 vs 5
+    assert gate.u_cdf(25, 5, 5) == 1.0 and gate.min_p(5, 5) == 1 / 252 and gate.min_p(3, 3) == 1 / 20
+    # The exact interval: 3rd smallest to 3rd largest of the 25 differences at 5 vs 5.
+    x, y = [0.0, 1, 2, 3, 4], [10.0, 11, 12, 13, 14]
+    assert gate.shift_interval(x, y) == (7.0, 13.0)  # differences 6..14: 6, 7, 7 | ... | 13, 13, 14
+
+
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5 %", 0.125), ("0%", 0.0)])
+def test_thresholds_parse(text: str, value: float) -> None:
+    assert gate.parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["abc", "-5%", "100%", "1.5", ""])
+def test_bad_thresholds_are_refused(text: str) -> None:
+    with pytest.raises(RlperfError):
+        gate.parse_threshold(text)
+
+
+def test_verdicts() -> None:
+    base = [100.0, 102, 98, 101, 99]
+    # 20% slower throughput, separated from the baseline: beyond 5% and the noise.
+    slow = [b / 0.8 for b in (101.0, 99, 100, 103, 97)]
+    v = gate.verdict(base, slow, 0.05)
+    assert v["verdict"] == "fail" and v["exit_code"] == 1 and v["p_value"] < 0.05
+    assert v["slowdown"] == pytest.approx(0.2, abs=0.02) and v["ci95"][0] > 0.05
+    # The same samples: nothing to report.
+    same = gate.verdict(base, [101.0, 99, 100, 103, 97], 0.05)
+    assert same["verdict"] == "pass" and "within the 5.0% threshold" in same["reason"]
+    # 20% slower, but beyond the threshold only inside the noise: one fast outlier among the slow runs
+    # is not enough for a fail at 5 runs a side... while four of five would be.
+    noisy = gate.verdict(base, [125.0, 125, 80, 126, 74], 0.05)
+    assert noisy["verdict"] == "pass" and "inside the noise" in noisy["reason"]
+    # Slower, but by less than the threshold: pass, however clear.
+    assert gate.verdict(base, [b * 1.03 for b in base], 0.05)["verdict"] == "pass"
+    with pytest.raises(RlperfError, match="cannot show a slowdown"):
+        gate.verdict(base[:3], slow[:3], 0.05)
+
+
+# -- the command, on records ----------------------------------------------------------------------
+
+
+def test_records_slower_beyond_threshold_and_noise_exit_1_with_a_json_verdict(tmp_path: Path, capsys) -> None:
+    base = [str(write_record(tmp_path / "base", f"b{i}", us)) for i, us in enumerate((100, 102, 98, 101, 99))]
+    slow = [write_record(tmp_path / "cand", f"c{i}", us) for i, us in enumerate((125, 127, 122, 129, 124))]
+    argv = ["compare", *base, "--fail-if-slower", "5%", "--json", "--out", str(tmp_path / "runs")]
+    for c in slow:
+        argv += ["--candidate", str(c)]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 1, err
+    v = json.loads(out)  # one JSON document: the verdict
+    assert v["kind"] == "gate" and v["verdict"] == "fail" and v["exit_code"] == 1 and v["metric"] == "step-p25"
+    assert v["n"] == [5, 5] and v["p_value"] < 0.05 and 0.18 < v["slowdown"] < 0.22 and v["threshold"] == 0.05
+    assert "Mann–Whitney" in v["test"] and len(v["baseline"]["samples_s_per_env_step"]) == 5
+    assert v["comparison"]["baseline"] == "baseline" and not (tmp_path / "runs").exists()  # records: nothing ran
+
+    # The same candidates within a 30% threshold: pass, exit 0; the table and the verdict line for people.
+    argv = [a for a in argv if a not in ("--json",)]
+    argv[argv.index("5%")] = "30%"
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "gate: PASS" in out and "within the 30.0% threshold" in out and "env steps/s" in out
+
+
+def test_external_records_are_gated_too(tmp_path: Path, capsys) -> None:
+    base = [str(write_record(tmp_path, f"b{i}", us, kind="external")) for i, us in enumerate((100, 101, 99, 100))]
+    cand = [str(write_record(tmp_path, f"c{i}", us, kind="external")) for i, us in enumerate((100, 98, 102, 101))]
+    code, out, err = run_cli(["compare", *base, "--candidate", cand[0], "--candidate", cand[1], "--candidate", cand[2],
+                              "--candidate", cand[3], "--fail-if-slower", "5%"], capsys)
+    assert code == 0, err and "gate: PASS" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--fail-if-slower", "5%"], "--fail-if-slower needs --candidate"),
+        (["--candidate", "{c}"], "--candidate is the CI gate: give its threshold"),
+        (["--candidate", "{c}", "--fail-if-slower", "lots"], "--fail-if-slower 'lots' is not a percentage"),
+        (["--candidate", "{c}", "--fail-if-slower", "5%", "--gate-metric", "mean"], "unknown --gate-metric 'mean'"),
+        (["--candidate", "{c}", "--fail-if-slower", "5%"], "1 baseline and 1 candidate runs cannot show a slowdown"),
+        (["--candidate", "{config}", "--fail-if-slower", "5%", "--repeats", "3"],
+         "1 baseline and 3 candidate runs cannot show a slowdown"),
+        (["--candidate", "{old}", "--fail-if-slower", "5%", "--repeats", "9"], "has no step-p25 figure"),
+        (["--candidate", "{config}", "--candidate", "{c}", "--fail-if-slower", "5%"], "the candidate is one config"),
+        (["--candidate", "no/such", "--fail-if-slower", "5%"], "no such run, record or config: no/such"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_runs_nothing(extra: list[str], message: str, tmp_path: Path, capsys) -> None:
+    b = write_record(tmp_path, "b", 100)
+    c = write_record(tmp_path, "c", 100)
+    old = write_record(tmp_path, "old", 100)
+    old_record = json.loads((old / "run.json").read_text())
+    del old_record["timing"]["vector_step"]  # a record from before per-step times
+    (old / "run.json").write_text(json.dumps(old_record))
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TOML)
+    subs = {"{c}": str(c), "{config}": str(config), "{old}": str(old)}
+    code, out, err = run_cli(["compare", str(b), *[subs.get(a, a) for a in extra], "--out", str(tmp_path / "runs")], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+# -- the command, on configs run now --------------------------------------------------------------
+
+
+def test_configs_run_interleaved_with_the_same_seed(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TOML)
+    code, out, err = run_cli(["compare", str(config), "--candidate", str(config), "--fail-if-slower", "50%",
+                              "--repeats", "4", "--json", "--out", str(tmp_path / "runs")], capsys)
+    assert code == 0, err  # identical configs cannot be 50% slower beyond the noise
+    v = json.loads(out)
+    assert v["verdict"] == "pass" and v["n"] == [4, 4]
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("gate-")
+    runs = sorted(folder.iterdir(), key=lambda p: json.loads((p / "run.json").read_text())["started_at"] + p.name)
+    assert len(runs) == 8
+    records = [json.loads((p / "run.json").read_text()) for p in runs]
+    assert {r["config"]["run"]["seed"] for r in records} == {0}  # the same work every repeat
+    assert all(0 < r["timing"]["vector_step"]["p25_ms"] <= r["timing"]["vector_step"]["p50_ms"] for r in records)

@@ -1,0 +1,193 @@
+"""``rlperf profile -- python SCRIPT``: a user's own loop, with or without the phase API.
+
+The loops in tests/foreign/ were written for these tests as a user would write them: each plants
+one item of the bottleneck checklist in an otherwise clean DQN loop (common.py), and clean.py
+plants none. The advisor must name the planted one first, pointing at the planted function, and
+find nothing in the clean loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlperf.cli import main
+
+FOREIGN = Path(__file__).resolve().parent / "foreign"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def profile(tmp_path: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m rlperf profile --out TMP ARGS`` in its own process (it starts the script's child)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    return subprocess.run([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=tmp_path)
+
+
+def record_of(tmp_path: Path) -> dict:
+    """The record of the one run directory under ``tmp_path``."""
+    (record,) = tmp_path.glob("*/run.json")
+    return json.loads(record.read_text())
+
+
+PLANTED = [
+    # script, the finding's reference, where it must point (file:function)
+    ("item_push.py", "§1", "item_push.py:", "(push)"),
+    ("many_updates.py", "§3", "common.py:", "(update)"),
+    ("hard_copy.py", "§7", "hard_copy.py:", "(copy_target)"),
+    ("print_every_step.py", "§9", "print_every_step.py:", "(act_and_report)"),
+    ("python_sample.py", "§2", "python_sample.py:", "(sample)"),
+    ("autograd_act.py", "§8", "autograd_act.py:", "(act_with_grad)"),
+    ("sync_vector.py", "§5", None, None),
+    ("gc_pauses.py", "§13", None, None),
+]
+
+
+@pytest.mark.parametrize(("script", "section", "file", "function"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_the_planted_bottleneck_is_named_first(script: str, section: str, file: str | None, function: str | None,
+                                               tmp_path: Path) -> None:
+    proc = profile(tmp_path, "--json", "--", "python", str(FOREIGN / script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)  # --json: the record alone on stdout; the script's own output went to stderr
+    findings = record["profile"]["advisor"]["findings"]
+    assert findings, f"{script}: no finding"
+    first = findings[0]
+    assert first["reference"] == f"docs/bottlenecks.md {section}", [f["title"] for f in findings]
+    assert first["fix"] and first["evidence"]
+    if file is not None:
+        assert file in first["where"] and first["where"].endswith(function), first["where"]
+    if first["knob"]:  # the same fix measured on rlperf's own loop
+        assert first["command"].startswith("rlperf compare fast --vs ")
+    assert record["kind"] == "external" and record["exit_code"] == 0 and record["status"] == "completed"
+
+
+def test_threads_beyond_the_cpus_are_named(tmp_path: Path) -> None:
+    if (os.cpu_count() or 1) >= 8:
+        pytest.skip("the planted 8 threads are not more than this machine's CPUs")
+    proc = profile(tmp_path, "--json", "--", "python", str(FOREIGN / "threads.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    findings = json.loads(proc.stdout)["profile"]["advisor"]["findings"]
+    assert [f["reference"] for f in findings][:1] == ["docs/bottlenecks.md §14"]
+
+
+def test_a_clean_loop_with_the_phase_api_gets_its_phase_table_and_no_finding(tmp_path: Path) -> None:
+    proc = profile(tmp_path, "--", "python", str(FOREIGN / "clean.py"), "--steps", "200")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "step 100: loss" in out  # the script's own output, passed through
+    assert "your loop's phases" in out and "select" in out and "train" in out
+    assert "● = your code" in " ".join(out.split()) and "no finding" in out
+    record = record_of(tmp_path)
+    assert record["kind"] == "external" and set(record["phases"]) == {"select", "step", "push", "train", "log"}
+    assert record["timing"]["measured_steps"] == 190 and record["timing"]["vector_step"]["p50_ms"] > 0
+    assert record["profile"]["advisor"]["findings"] == [] and record["script"]["phase_timers"] == 1
+    own = [row["function"] for row in record["profile"]["cprofile"]["top"] if row["own"]]
+    assert any("common.py" in name and "(run)" in name for name in own)
+    assert not any("rlperf/" in name for name in own)
+
+
+def test_a_script_without_the_api_gets_a_profile_and_is_told_how_to_get_phases(tmp_path: Path) -> None:
+    script = tmp_path / "slow_loop.py"
+    script.write_text("import sys\nprint('hello from the script')\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n")
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 3  # the script's exit code
+    assert "hello from the script" in proc.stdout and "to stderr" in proc.stderr
+    assert "no phase timings: the script does not use rlperf.PhaseTimer" in " ".join(proc.stdout.split())
+    record = record_of(tmp_path)
+    assert record["status"] == "failed" and record["exit_code"] == 3 and "profile.prof" in os.listdir(record["run_dir"])
+
+
+def test_python_dash_m_runs_a_module(tmp_path: Path) -> None:
+    package = tmp_path / "foreignpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text("import sys\nprint('module argv', sys.argv[1:])\n")
+    proc = profile(tmp_path, "--", "python", "-m", "foreignpkg.train", "--lr", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "module argv ['--lr', '3']" in proc.stdout
+
+
+def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
+    script = tmp_path / "forever.py"
+    script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path), "--", "python",
+                             str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" in err
+    record = record_of(tmp_path)
+    assert record["status"] == "interrupted" and record["profile"]["cprofile"]["top"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--", "bash", "run.sh"], "rlperf profile runs Python scripts, not 'bash'"),
+        (["--", "python", "no_such_script.py"], "no such script: no_such_script.py"),
+        (["--", "python", "-m", "no_such_module_here"], "no module named 'no_such_module_here'"),
+        (["--", "python", "-c", "print(1)"], "python option -c is not supported"),
+        (["--config", "naive", "--", "python", "x.py"], "--config applies to rlperf's own loop"),
+        (["--verify", "1", "--", "python", "x.py"], "--verify applies to rlperf's own loop"),
+        (["python", "x.py"], "put your command after --"),
+    ],
+)
+def test_bad_commands_are_one_line_exit_2_and_write_nothing(args: list[str], message: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("print(1)\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--out", str(tmp_path / "runs"), *args])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_apis_record_goes_through_compare_and_the_gate(tmp_path: Path, capsys) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    dirs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(FOREIGN / "clean.py"), "--steps", "150", "--save", str(tmp_path)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        dirs.append(proc.stdout.strip().splitlines()[-1])
+    record = json.loads((Path(dirs[0]) / "run.json").read_text())
+    assert record["kind"] == "external" and record["totals"]["env_steps"] == 150 * 64
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", dirs[0], dirs[1], "--json"])
+    out, _ = capsys.readouterr()
+    assert exc.value.code == 0
+    rows = {r["metric"] for r in json.loads(out)["rows"]}
+    assert {"phase.select", "phase.train", "env_steps_per_s", "s_per_1000_env_steps"} <= rows
+    with pytest.raises(SystemExit) as exc:  # the gate reads external records (one against one is too few, and says so)
+        main(["compare", dirs[0], "--candidate", dirs[1], "--fail-if-slower", "90%"])
+    _, err = capsys.readouterr()
+    assert exc.value.code == 2 and "1 baseline and 1 candidate runs cannot show a slowdown" in err
+
+
+def test_torch_and_py_spy_on_a_script_that_uses_the_api(tmp_path: Path) -> None:
+    from rlperf.instruments.profilers import find_pyspy
+
+    extra = ["--py-spy"] if find_pyspy() is not None else []
+    proc = profile(tmp_path, "--torch", *extra, "--", "python", str(FOREIGN / "clean.py"), "--steps", "60")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "py-spy> " not in proc.stdout and "py-spy> " not in proc.stderr
+    record = record_of(tmp_path)
+    torch_section = record["profile"]["torch"]
+    assert torch_section["recorded"] and torch_section["top_ops"] and torch_section["steps"] == [11, 15]
+    assert (Path(record["run_dir"]) / "trace.json").is_file()
+    spy = record["profile"].get("py_spy") or {}
+    if extra and "skipped" not in spy:
+        assert spy["samples"] > 0 and (Path(record["run_dir"]) / "pyspy.svg").is_file()
