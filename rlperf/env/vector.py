@@ -390,15 +390,20 @@ class VectorSnake(VectorEnv):
     def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """What ``step`` returns: views of the env's buffers, or (``copy=True``) of fresh copies of
         them -- four copies in all, whatever the number of tensors returned."""
-        if self.copy:
-            fresh = self._fresh
-            pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
-            obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
-            floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
-            steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
-        else:
-            obs, final_obs = self._obs[out_index], self._final_obs
-            floats, flags, steps, score = self._floats, self._flags, self._final_len, self._final_score
+        if not self.copy:  # the row views made once in _allocate: no tensor op per step
+            done = self._done
+            infos = {
+                "final_obs": self._final_obs,
+                "_final_obs": done,
+                "final_info": {"score": self._final_score, "steps": self._final_len, "return": self._final_return},
+                "_final_info": done,
+            }
+            return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
+        fresh = self._fresh
+        pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
+        obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
+        floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
+        steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
         done = flags[DONE_ROW]
         infos = {
             "final_obs": final_obs,
