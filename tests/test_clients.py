@@ -75,7 +75,7 @@ def test_frames_reach_a_wrapper_without_a_video_writer():
     env.close()
 
 
-@needs("moviepy", "pip install moviepy: RecordVideo's writer, not an rlperf dependency; the frames are checked above")
+@needs("moviepy", "pip install -e \".[dev]\": moviepy is RecordVideo's writer, in the test extras")
 def test_record_video_over_snake_env(tmp_path):
     env = gymnasium.wrappers.RecordVideo(gymnasium.make(ENV_ID, size=6, render_mode="rgb_array"), str(tmp_path),
                                          episode_trigger=lambda episode: episode == 0, disable_logger=True)
