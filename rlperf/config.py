@@ -218,7 +218,9 @@ class TrainConfig(BaseModel):
     gc: Literal["on", "off", "freeze"] = Field(
         "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)"
     )
-    warmup_steps: int = Field(10, ge=0, description="first vector steps, excluded from rates")
+    warmup_steps: int = Field(
+        10, ge=0, description="vector steps from the first gradient update on, excluded from rates (so is the replay fill)"
+    )
     checkpoint: bool = Field(True, description="write checkpoint.pt at the end of the run")
     tensorboard: bool = Field(False, description="write TensorBoard scalars")
 

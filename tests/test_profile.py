@@ -85,7 +85,7 @@ def test_naive_names_its_bottlenecks_with_evidence_and_consistent_counts(capsys,
         assert by_knob[knob]["est_saving_s"] > 0 and "micro-benchmarked here" in by_knob[knob]["estimate"]
     assert "per update measured in this run" in by_knob["train.train_ratio=4"]["estimate"]
     # The compare lines measure the profile's window: its env steps, its warm-up left out of the rates.
-    assert "--steps 4928 --set train.warmup_steps=13 --repeats 3" in by_knob["buffer.push=batch"]["command"]
+    assert "--steps 4928 --repeats 3" in by_knob["buffer.push=batch"]["command"]
 
     # cProfile: profile.prof loads with pstats, its counts match the run.
     assert (run_dir / "profile.prof").is_file() and record["files"]["profile_cprofile"] == "profile.prof"

@@ -69,9 +69,9 @@ class VerifyBase:
     def command(self, knob: str) -> str:
         return shlex.join(["rlperf", "compare", self.config, "--vs", knob, *self.args])
 
-    def for_window(self, env_steps: int, warmup_steps: int, repeats: int = 3) -> VerifyBase:
-        """The same run options, measuring what a profile measured: its ``env_steps`` in all, the first
-        ``warmup_steps`` vector steps (fill and warm-up) left out of the rates, ``repeats`` a side."""
+    def for_window(self, env_steps: int, repeats: int = 3) -> VerifyBase:
+        """The same run options, measuring what a profile measured: its ``env_steps`` in all (a train
+        run leaves the same fill and warm-up out of its rates), ``repeats`` a side."""
         args, rest = [], list(self.args)
         while rest:
             arg = rest.pop(0)
@@ -81,7 +81,7 @@ class VerifyBase:
                 continue
             else:
                 args.append(arg)
-        args += ["--steps", str(env_steps), "--set", f"train.warmup_steps={warmup_steps}", "--repeats", str(repeats)]
+        args += ["--steps", str(env_steps), "--repeats", str(repeats)]
         return VerifyBase(self.config, tuple(args))
 
 

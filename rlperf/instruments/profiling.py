@@ -178,8 +178,7 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     record["profile"] = section
     if options.microbench and record["status"] == "completed":
         section["microbench"] = run_benches(cfg, _device(cfg), record)
-    timing = record["timing"]
-    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"], timing["warmup_steps"])
+    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"])
     findings = advise(record, calls, section["gc"], verify)
     section["advisor"] = {
         "findings": [f.as_dict() for f in findings],
@@ -567,8 +566,7 @@ def verify_findings(record: dict[str, Any], cfg: Config, k: int, out: str | Path
     findings = [f for f in record["profile"]["advisor"]["findings"] if f.get("knob")][:k]
     if not findings:
         return {"ran": 0, "note": "no finding with a knob to verify"}
-    base = variant(cfg, [f"train.steps={record['totals']['env_steps']}",
-                         f"train.warmup_steps={record['timing']['warmup_steps']}"])
+    base = variant(cfg, [f"train.steps={record['totals']['env_steps']}"])
     sources = [Source("profiled", "the profiled config", config=base)]
     for f in findings:
         sources.append(Source(f["knob"], f["command"], config=variant(base, [f["knob"]])))

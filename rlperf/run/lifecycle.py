@@ -156,7 +156,9 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run
     with refusing_oom("the Q-network", f"agent.hidden={list(cfg.agent.hidden)}", "use narrower agent.hidden"):
         agent = Agent(cfg, obs_shape, device, n_actions)
-    fill = steps_before_learning(cfg) if hooks.measure_after_fill else 0
+    # The warm-up window starts at the first gradient update: its one-off costs (compilation, CUDA-graph
+    # capture, the optimizer's state) never enter a rate; the fill steps before it are timed apart too.
+    fill = steps_before_learning(cfg)
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
                        annotate=hooks.annotate_phases)
     progress = Progress()
