@@ -69,18 +69,11 @@ def compare(
         print("compare: run options and --repeats apply to configs; these records are shown as recorded", file=sys.stderr)
     progress = None if run.quiet or run.json_ or not to_run else RunsProgress("compare", to_run)
 
-    def on_run(label: str, repeat: int, event: str) -> None:
-        assert progress is not None
-        if event == "start":
-            progress.started_run(f"{label} (repeat {repeat})")
-        else:
-            progress.finished_run()
-
     stop = command_stop()
     stop.arm()  # from here a signal stops the run in progress at a step boundary, and no other starts
     with progress or contextlib.nullcontext():
         sides, interrupted = run_sources(sources, repeats, out=run.out, name=run.name, command=sys.argv,
-                                         on_run=on_run if progress else None, stop=stop)
+                                         on_run=progress.on_run if progress else None, stop=stop)
     code = stop.exit_code if interrupted else 0
     sides = [s for s in sides if s.records]
     if len(sides) < 2:
@@ -132,18 +125,11 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
     to_run = sum(repeats for side in (baseline, candidate) if side[0].config is not None)
     progress = None if run.quiet or run.json_ or not to_run else RunsProgress("gate", to_run)
 
-    def on_run(label: str, repeat: int, event: str) -> None:
-        assert progress is not None
-        if event == "start":
-            progress.started_run(f"{label} (repeat {repeat})")
-        else:
-            progress.finished_run()
-
     stop = command_stop()
     stop.arm()  # a signal stops the run in progress at a step boundary; no verdict then
     with progress or contextlib.nullcontext():
         base, cand, interrupted = gate.gather(baseline, candidate, repeats, metric, out=run.out, name=run.name,
-                                              command=sys.argv, on_run=on_run if progress else None, stop=stop)
+                                              command=sys.argv, on_run=progress.on_run if progress else None, stop=stop)
     if interrupted:
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)

@@ -167,15 +167,8 @@ def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs, stop: Any) -
     total = (len(with_knob) + 1) * VERIFY_REPEATS if with_knob else 0
     progress = None if run.quiet or run.json_ or not total else RunsProgress("verify", total)
 
-    def on_run(label: str, repeat: int, event: str) -> None:
-        assert progress is not None
-        if event == "start":
-            progress.started_run(f"{label} (repeat {repeat})")
-        else:
-            progress.finished_run()
-
     with progress or contextlib.nullcontext():
-        return verify_findings(record, cfg, k, out=run.out, on_run=on_run if progress else None, stop=stop)
+        return verify_findings(record, cfg, k, out=run.out, on_run=progress.on_run if progress else None, stop=stop)
 
 
 def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy: bool, native: bool, verify: int,

@@ -130,6 +130,13 @@ class RunsProgress:
         if line:
             self.bar.console.print(line, highlight=False, markup=False)
 
+    def on_run(self, label: str, repeat: int, event: str) -> None:
+        """The ``on_run(label, repeat, event)`` callback the experiments call: "start", then "done"."""
+        if event == "start":
+            self.started_run(f"{label} (repeat {repeat})")
+        else:
+            self.finished_run()
+
     def _start(self) -> None:
         if not self.started:
             self.started = True

@@ -158,14 +158,7 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
                 console.print(torch_ops_table(t, "top_device_ops", "torch.profiler: top ops by self device time"))
         else:
             console.print(f"torch.profiler: {t.get('note')}", markup=False)
-    spy = p.get("py_spy")
-    if spy and spy.get("skipped"):
-        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
-    gc = p["gc"]
-    n = gc["collections"]
-    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
-                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of the loop; longest pause "
-                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+    _pyspy_and_gc_lines(console, p, "the loop")
     console.print(overhead_line(p), highlight=False, markup=False)
     run_dir = Path(record["run_dir"])
     for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
@@ -246,14 +239,7 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
             console.print(torch_ops_table(t))
         else:
             console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
-    spy = p.get("py_spy")
-    if spy and spy.get("skipped"):
-        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
-    gc = p["gc"]
-    n = gc["collections"]
-    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
-                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of the script; longest pause "
-                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+    _pyspy_and_gc_lines(console, p, "the script")
     run_dir = Path(record["run_dir"])
     for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
                        ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
@@ -264,3 +250,15 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
     if not quiet or record["status"] != "completed":
         print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
               f"{record['run_dir']}", file=sys.stderr)
+
+
+def _pyspy_and_gc_lines(console: Any, p: Mapping[str, Any], of: str) -> None:
+    """Why py-spy was skipped (if it was), and the GC line: collections, time, share of ``of``, longest pause."""
+    spy = p.get("py_spy")
+    if spy and spy.get("skipped"):
+        console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
+    gc = p["gc"]
+    n = gc["collections"]
+    console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
+                  f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of {of}; longest pause "
+                  f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
