@@ -43,7 +43,7 @@ def test_next_step_autoreset_is_not_pushed_as_a_transition() -> None:
             length = t + 1
             break
     assert length > 0
-    assert (infos["episode"]["length"][done] == length).all() and infos["_episode"][done].all()
+    assert (infos["final_info"]["steps"][done] == length).all() and infos["_final_info"][done].all()
     _obs, _r, _term, _trunc, infos = env.step(always_left)
     assert not infos["_valid"][done].any() and infos["_valid"][~done].all()  # those boards' reset step
     env.close()

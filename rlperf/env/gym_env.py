@@ -121,9 +121,9 @@ class GymnasiumEnv:
         out_infos: dict[str, Any] = {
             "final_obs": self._obs(final_obs),
             "_final_obs": done_t,
-            "episode": {"score": self._tensor(score, torch.float32), "length": self._tensor(length),
-                        "return": self._tensor(score, torch.float32)},
-            "_episode": done_t,
+            "final_info": {"score": self._tensor(score, torch.float32), "steps": self._tensor(length),
+                           "return": self._tensor(score, torch.float32)},
+            "_final_info": done_t,
         }
         if not self.same_step:
             out_infos["_valid"] = self._tensor(valid)

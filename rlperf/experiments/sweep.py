@@ -131,7 +131,10 @@ def check_axes(base: Config, axes: Sequence[Axis]) -> None:
             raise ConfigError(f"{axis.key} is swept twice", hint="give each key once, with all its values")
         seen.add(axis.key)
         for value in axis.values:
-            check_override_value(base, f"{axis.key}={value}")
+            try:
+                check_override_value(base, f"{axis.key}={value}")
+            except RlperfError as exc:
+                raise type(exc)(f"sweep point {axis.short}={value}: {exc.message}", hint=exc.hint) from None
 
 
 @dataclass
