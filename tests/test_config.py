@@ -20,7 +20,7 @@ from rlperf.config import (
 from rlperf.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ["default", "fast", "naive", "smoke"]
+SHIPPED = ["classic", "default", "fast", "naive", "smoke"]
 
 
 def config_error(fn, *args, **kwargs) -> str:
