@@ -169,13 +169,13 @@ def test_bad_objective_is_one_line_exit_2_and_writes_nothing(
         main(["sweep", "--config", "smoke", "--param", "agent.lr=1e-3,1e-4", "--objective", objective,
               "--out", str(tmp_path / "runs")])
     out, err = capsys.readouterr()
-    assert exc.value.code == 2
+    assert exc.value.code == 2 and out == ""
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_bad_targets_are_refused() -> None:
-    with pytest.raises(ConfigError, match="train.score_targets"):
+    with pytest.raises(ConfigError, match=r"train\.score_targets"):
         config_from("smoke", ["train.score_targets=[0]"])
     assert config_from("smoke", ["train.score_targets=[20,5,5]"]).train.score_targets == [5.0, 20.0]
 
