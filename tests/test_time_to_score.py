@@ -27,8 +27,8 @@ SMOKE = ["train.learning_starts=64", "train.checkpoint=false", "run.threads=1",
          f"train.score_targets=[{REACHED},{UNREACHABLE}]"]
 
 
-def smoke(*overrides: str) -> Any:
-    return config_from("smoke", [*SMOKE, *overrides], steps=1200, device="cpu")
+def smoke(*overrides: str, steps: int = 1200) -> Any:
+    return config_from("smoke", [*SMOKE, *overrides], steps=steps, device="cpu")
 
 
 # -- the crossing ---------------------------------------------------------------------------------
@@ -79,12 +79,14 @@ def test_a_sync_run_records_when_it_reached_each_target(tmp_path: Path) -> None:
 
 
 def test_an_async_run_records_it_too(tmp_path: Path) -> None:
-    cfg = smoke("run.mode=async", "async.actors=2", "async.envs_per_actor=16", "train.log_every=5")
+    # 32 boards for 3,000 env steps: a few hundred episodes, so the learner reads a full window.
+    cfg = smoke("run.mode=async", "async.actors=2", "async.envs_per_actor=16", "train.log_every=5", steps=3000)
     record = train_run(cfg, out=tmp_path, quiet=True, dashboard=False).record
     assert record["status"] == "completed"
     section = record["time_to_score"]
     assert section["resolution"].startswith("every learner log read")
     hit, miss = section["targets"]
+    assert record["totals"]["episodes"] >= 100, record["totals"]
     assert hit["reached"] is True and 100 <= hit["episodes"] and 0 < hit["env_steps"] <= record["totals"]["env_steps"]
     assert hit["wall_s"] <= hit["run_wall_s"]
     assert miss["reached"] is False
