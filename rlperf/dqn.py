@@ -34,7 +34,7 @@ from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
-from rlperf.score import first_reached, target_key
+from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
 
@@ -318,7 +318,7 @@ class Progress:
         """Take finished episodes in. ``clock`` (the read's wall seconds and counters) is called only
         when a score target is reached in them; without it targets are not checked."""
         unreached = [t for t in self.score_targets if target_key(t) not in self.time_to_score] if clock else []
-        recent = list(self.scores) if unreached and len(scores) else []
+        hits = first_reached_each(self.scores, scores, unreached) if unreached else []
         read_before = self.lengths_read
         self.episodes += len(scores)
         self.episode_steps += int(lengths.sum())
@@ -328,8 +328,7 @@ class Progress:
         if len(scores):
             best = float(scores.max())
             self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
-        for target in unreached if len(scores) else []:
-            index = first_reached(recent, scores, target)
+        for target, index in zip(unreached, hits, strict=True):
             if index is not None:
                 assert clock is not None
                 self.time_to_score[target_key(target)] = {**clock(), "episodes": read_before + index + 1}

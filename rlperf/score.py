@@ -21,6 +21,7 @@ writes it into the record and :func:`time_to` reads it back for ``compare`` and 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -42,20 +43,32 @@ def first_reached(recent: Sequence[float], new: Sequence[float] | np.ndarray, ta
     """The index in ``new`` of the first episode after which the mean of the last ``window`` scores
     reaches ``target``, or None. ``recent``: the scores read before ``new`` (oldest first; the last
     ``window - 1`` are enough). Windows must be full."""
+    return first_reached_each(recent, new, [target], window)[0]
+
+
+def first_reached_each(recent: Sequence[float], new: Sequence[float] | np.ndarray, targets: Sequence[float],
+                       window: int = WINDOW) -> list[int | None]:
+    """:func:`first_reached` for several targets, the window sums computed once."""
     new = np.asarray(new, dtype=np.float64)
-    if not len(new):
-        return None
-    before = np.asarray(list(recent)[-(window - 1):] if window > 1 else [], dtype=np.float64)
+    have = len(recent)
+    if not len(new) or have + len(new) < window:
+        return [None] * len(targets)
+    keep = min(have, window - 1)
+    before = np.fromiter(itertools.islice(recent, have - keep, have), dtype=np.float64, count=keep)
     scores = np.concatenate([before, new])
-    first = len(before)  # index in ``scores`` of new[0]
     sums = np.concatenate([[0.0], np.cumsum(scores)])
-    ends = np.arange(max(first, window - 1), len(scores))  # the last episode of each full window
-    if not len(ends):
-        return None
+    ends = np.arange(max(keep, window - 1), len(scores))  # the last episode of each full window
     totals = sums[ends + 1] - sums[ends + 1 - window]
-    # Compared as sums: exact for integer scores, where a mean would round.
-    hits = np.flatnonzero(totals >= target * window - 1e-9)
-    return int(ends[hits[0]] - first) if len(hits) else None
+    best = totals.max()
+    out: list[int | None] = []
+    for target in targets:
+        # Compared as sums: exact for integer scores, where a mean would round.
+        need = target * window - 1e-9
+        if best < need:
+            out.append(None)
+            continue
+        out.append(int(ends[np.argmax(totals >= need)] - keep))
+    return out
 
 
 def record_section(targets: Iterable[float], reached: Mapping[str, Mapping[str, Any]], resolution: str) -> dict[str, Any]:

@@ -242,9 +242,9 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xlabel("wall-clock seconds (log)")
     ax.set_ylabel(f"mean score, last {WINDOW} episodes")
     m = results["machine"]
-    ax.set_title(
-        f"Snake {results['board']}x{results['board']}, {results['env_steps']:,} env steps each\n{machine_line(m)}", fontsize=9
-    )
+    capped = [e["summary"].get("capped_at_s") for e in results["entries"] if e["summary"].get("capped_at_s")]
+    budget = f"{results['env_steps']:,} env steps each" + (f" (SB3 stopped at {max(capped):.0f} s)" if capped else "")
+    ax.set_title(f"Snake {results['board']}x{results['board']}, {budget}\n{machine_line(m)}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(plt, fig, path)

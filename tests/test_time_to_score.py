@@ -79,8 +79,10 @@ def test_a_sync_run_records_when_it_reached_each_target(tmp_path: Path) -> None:
 
 
 def test_an_async_run_records_it_too(tmp_path: Path) -> None:
-    # 32 boards for 3,000 env steps: a few hundred episodes, so the learner reads a full window.
-    cfg = smoke("run.mode=async", "async.actors=2", "async.envs_per_actor=16", "train.log_every=5", steps=3000)
+    # 32 boards for 3,000 env steps: a few hundred episodes, so the learner reads a full window;
+    # few updates, so the run takes seconds.
+    cfg = smoke("run.mode=async", "async.actors=1", "async.envs_per_actor=32", "train.log_every=5",
+                "train.train_ratio=0.25", steps=3000)
     record = train_run(cfg, out=tmp_path, quiet=True, dashboard=False).record
     assert record["status"] == "completed"
     section = record["time_to_score"]
