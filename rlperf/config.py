@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import tomllib
 from importlib import resources
@@ -221,8 +222,19 @@ class TrainConfig(BaseModel):
     warmup_steps: int = Field(
         10, ge=0, description="vector steps from the first gradient update on, excluded from rates (so is the replay fill)"
     )
+    score_targets: list[float] = Field(
+        [5.0, 10.0, 20.0], max_length=16,
+        description="mean scores (last 100 episodes) whose time to reach the record reports (docs/bottlenecks.md §19)",
+    )
     checkpoint: bool = Field(True, description="write checkpoint.pt at the end of the run")
     tensorboard: bool = Field(False, description="write TensorBoard scalars")
+
+    @field_validator("score_targets")
+    @classmethod
+    def _targets(cls, value: list[float]) -> list[float]:
+        if any(not math.isfinite(t) or t <= 0 for t in value):
+            raise PydanticCustomError("score_targets", "input should be finite scores > 0, e.g. [5, 10, 20]")
+        return sorted(set(value))
 
 
 class AsyncConfig(BaseModel):

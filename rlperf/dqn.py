@@ -34,6 +34,7 @@ from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
+from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
 
@@ -307,8 +308,18 @@ class Progress:
     # loop never reads it, and kept here (not in run_loop) so a checkpoint carries it across a resume.
     loss_sum: torch.Tensor | None = None
     loss_count: int = 0
+    # Time to score (rlperf.score): the targets of train.score_targets, and for each one reached
+    # (by its target_key) the clock and counters of the read in which it was first reached.
+    score_targets: tuple[float, ...] = ()
+    time_to_score: dict[str, dict[str, float | int]] = field(default_factory=dict)
 
-    def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray) -> None:
+    def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
+                     clock: Callable[[], Mapping[str, float | int]] | None = None) -> None:
+        """Take finished episodes in. ``clock`` (the read's wall seconds and counters) is called only
+        when a score target is reached in them; without it targets are not checked."""
+        unreached = [t for t in self.score_targets if target_key(t) not in self.time_to_score] if clock else []
+        hits = first_reached_each(self.scores, scores, unreached) if unreached else []
+        read_before = self.lengths_read
         self.episodes += len(scores)
         self.episode_steps += int(lengths.sum())
         self.lengths_read += len(lengths)
@@ -317,6 +328,10 @@ class Progress:
         if len(scores):
             best = float(scores.max())
             self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
+        for target, index in zip(unreached, hits, strict=True):
+            if index is not None:
+                assert clock is not None
+                self.time_to_score[target_key(target)] = {**clock(), "episodes": read_before + index + 1}
 
     @property
     def mean_score(self) -> float:
@@ -330,13 +345,19 @@ class Progress:
         """Plain values and CPU tensors (loadable with ``torch.load(weights_only=True)``)."""
         state = dict(self.__dict__)
         state["scores"], state["returns"] = list(self.scores), list(self.returns)
+        state["score_targets"] = list(self.score_targets)
+        state["time_to_score"] = {k: dict(v) for k, v in self.time_to_score.items()}
         if self.loss_sum is not None:
             state["loss_sum"] = self.loss_sum.detach().to("cpu", copy=True)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
-            setattr(self, key, deque(value, maxlen=100) if key in ("scores", "returns") else value)
+            if key in ("scores", "returns"):
+                value = deque(value, maxlen=100)
+            elif key == "score_targets":
+                value = tuple(value)
+            setattr(self, key, value)
         self.status = "running"
 
 
@@ -388,13 +409,16 @@ def run_loop(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[], None] | None = None,
     done: Callable[[Progress], bool] | None = None,
+    run_wall: Callable[[], float] | None = None,
 ) -> torch.Tensor:
     """Train until the stop condition; returns the last observation (the env's state for a resume).
 
     ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
     has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
     and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary;
-    ``done`` replaces the config's stop condition (:func:`stop_reached`) where given.
+    ``done`` replaces the config's stop condition (:func:`stop_reached`) where given; ``run_wall``
+    gives the seconds since the run's start for the time to score (rlperf.score), which is checked
+    where finished episodes are read: every step on the CPU, every log interval elsewhere.
     Everything that shapes the rest of the run lives in ``agent``, ``buffer``, ``env`` (with the
     returned observation) and ``progress``, so a run checkpointed at a boundary resumes exactly.
     """
@@ -409,6 +433,11 @@ def run_loop(
         progress.loss_sum = progress.loss_sum.to(agent.device)
     loss_sum = progress.loss_sum
     finished = done if done is not None else (lambda p: stop_reached(cfg, p))
+
+    def clock() -> dict[str, float | int]:
+        """The read's clock and counters, for a score target reached in it."""
+        return {"wall_s": timer.measured_wall_now(), "run_wall_s": run_wall() if run_wall else timer.measured_wall_now(),
+                "env_steps": progress.env_steps, "updates": progress.updates}
 
     with gc_mode(t.gc):
         while not finished(progress) and not should_stop():
@@ -445,7 +474,7 @@ def run_loop(
                 log_boundary = progress.vector_steps % t.log_every == 0
                 # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
                 if episodes.full or (log_boundary and episodes.filled):
-                    progress.add_episodes(*episodes.flush())
+                    progress.add_episodes(*episodes.flush(), clock=clock)
                 if log_boundary or finished(progress):
                     if progress.loss_count:
                         progress.last_loss = float(loss_sum) / progress.loss_count
@@ -463,5 +492,5 @@ def run_loop(
             if progress.status == "diverged":
                 break
     if episodes.filled:
-        progress.add_episodes(*episodes.flush())
+        progress.add_episodes(*episodes.flush(), clock=clock)
     return obs

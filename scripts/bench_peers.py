@@ -19,12 +19,15 @@ One invocation runs, back to back on this machine:
   wall time is ``model.learn()``.
 
 Scores are fruits eaten per episode; "time to score S" is the first wall-clock second at which
-the mean over the last 100 finished episodes reaches S (rlperf: its metrics.csv rows; SB3: every
-episode end, via a callback). Both use ``--threads`` torch threads (default: torch's own, one per
-core). Wall time is split into the gradient updates (rlperf's ``train`` phase; SB3's ``DQN.train``
-calls, timed by wrapping the method) and everything else (acting, env, replay, bookkeeping): the
-two libraries do the same number of updates of the same network, so the update time is a floor
-they share.
+the mean over the last 100 finished episodes reaches S, found by rlperf's own implementation
+(``rlperf.score``) for both: rlperf's record (``time_to_score``, its ``run_wall_s``: from the run's
+start, warm-up included, as SB3's is) and, for SB3, the same code fed every episode end through a
+callback. ``--sb3-max-s`` caps an SB3 run's wall time; a score it did not reach by then is
+reported as "not reached in X s" and the ratio as a lower bound. Both use ``--threads`` torch
+threads (default: torch's own, one per core). Wall time is split into the gradient updates
+(rlperf's ``train`` phase; SB3's ``DQN.train`` calls, timed by wrapping the method) and everything
+else (acting, env, replay, bookkeeping): the two libraries do the same number of updates of the
+same network, so the update time is a floor they share.
 
 CleanRL is not run: its PyPI package (``cleanrl`` 0.4.8, 2021) is a set of scripts written for the
 pre-Gymnasium ``gym`` API (``env.seed``, 4-tuple ``step``) that parse ``sys.argv`` and open wandb at
@@ -44,30 +47,24 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchutil import emit, print_header, figure, machine_info, machine_line, package_version, save_figure, summarize
 from rlperf.config import config_from
-from rlperf.dqn import eps_decay_steps
+from rlperf.dqn import Progress, eps_decay_steps
+from rlperf.score import WINDOW, target_key, time_to
 
 DEFAULT_TARGETS = (2.0, 5.0, 10.0, 20.0)
-WINDOW = 100
-
-
-def first_crossing(curve: list[dict], target: float) -> dict | None:
-    """The first point of ``curve`` whose windowed mean score reaches ``target``."""
-    for point in curve:
-        if point["episodes"] >= WINDOW and point["mean_score_100"] >= target:
-            return point
-    return None
 
 
 # ---------------------------------------------------------------------------------------- rlperf
 
 
-def run_rlperf(config: str, steps: int | None, threads: int, out: Path) -> dict:
+def run_rlperf(config: str, steps: int | None, threads: int, out: Path, targets: list[float]) -> dict:
     cmd = [sys.executable, "-m", "rlperf", "train", "--config", config, "--out", str(out), "--json", "--quiet",
-           "--device", "cpu", "--set", "train.log_every=10", "--set", f"run.threads={threads}"]
+           "--device", "cpu", "--set", "train.log_every=10", "--set", f"run.threads={threads}",
+           "--set", f"train.score_targets=[{','.join(target_key(t) for t in targets)}]"]
     if steps:
         cmd += ["--steps", str(steps)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -84,7 +81,16 @@ def run_rlperf(config: str, steps: int | None, threads: int, out: Path) -> dict:
     return {"wall_s": totals["wall_s"], "update_s": record["phases"]["train"]["total_s"],
             "env_steps": totals["env_steps"], "updates": totals["updates"],
             "episodes": totals["episodes"], "env_steps_per_s": totals["env_steps"] / totals["wall_s"],
-            "final_mean_score_100": record["learning"]["mean_score_last_100"], "curve": curve}
+            "final_mean_score_100": record["learning"]["mean_score_last_100"], "curve": curve,
+            "time_to_score": {target_key(t): _hit(record, t) for t in targets}}
+
+
+def _hit(record: dict, target: float) -> dict | None:
+    """Where the record says ``target`` was first reached: seconds from the run's start, env steps."""
+    reached = time_to(record, target, "run_wall_s")
+    if not reached or not reached[0]:
+        return None
+    return {"wall_s": reached[1], "env_steps": (time_to(record, target, "env_steps") or (True, None))[1]}
 
 
 # ------------------------------------------------------------------------------------------- SB3
@@ -122,7 +128,8 @@ def sb3_settings(cfg, n_envs: int, total_steps: int) -> dict:
     }
 
 
-def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> dict:
+def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int, targets: list[float],
+            max_s: float) -> dict:
     import gymnasium
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
@@ -137,23 +144,35 @@ def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> d
     model = DQN("MlpPolicy", envs, device="cpu", seed=seed, verbose=0, **settings)
 
     class Scores(BaseCallback):
-        """Every finished episode's score, with the env steps and wall time at which it ended."""
+        """Every finished episode's score into rlperf's own time-to-score tracker (``Progress``), and
+        the learning curve; stops the run after ``max_s`` seconds."""
 
         def __init__(self) -> None:
             super().__init__()
             self.scores: list[float] = []
             self.curve: list[dict] = []
+            self.progress = Progress(score_targets=tuple(targets))
+            self.capped = False
 
         def _on_training_start(self) -> None:
             self.started = time.perf_counter()
 
+        def clock(self) -> dict:
+            wall = time.perf_counter() - self.started
+            return {"wall_s": wall, "run_wall_s": wall, "env_steps": self.num_timesteps, "updates": model._n_updates}
+
         def _on_step(self) -> bool:
             for done, info in zip(self.locals["dones"], self.locals["infos"], strict=True):
                 if done:
-                    self.scores.append(float(info["score"]))
+                    score = float(info["score"])
+                    self.scores.append(score)
+                    self.progress.add_episodes(np.array([score]), np.array([0]), np.array([0.0]), clock=self.clock)
                     window = self.scores[-WINDOW:]
                     self.curve.append({"env_steps": self.num_timesteps, "wall_s": time.perf_counter() - self.started,
                                        "episodes": len(self.scores), "mean_score_100": sum(window) / len(window)})
+            if max_s and time.perf_counter() - self.started > max_s:
+                self.capped = True
+                return False
             return True
 
     # Time SB3's gradient updates (DQN.train, called every train_freq steps) apart from the rest.
@@ -174,12 +193,13 @@ def run_sb3(cfg, n_envs: int, total_steps: int, flood_fill: str, seed: int) -> d
     wall = time.perf_counter() - started
     envs.close()
     window = scores.scores[-WINDOW:]
-    # Thin the per-episode curve for the results file: the crossings are computed on the full one.
+    # Thin the per-episode curve for the results file (the crossings were found at every episode end).
     step = max(1, len(scores.curve) // 400)
     return {"wall_s": wall, "update_s": update_s[0], "env_steps": model.num_timesteps, "updates": model._n_updates,
             "episodes": len(scores.scores), "env_steps_per_s": model.num_timesteps / wall,
             "final_mean_score_100": sum(window) / len(window) if window else 0.0,
-            "curve": scores.curve[::step] + scores.curve[-1:], "_full_curve": scores.curve,
+            "curve": scores.curve[::step] + scores.curve[-1:], "capped_at_s": max_s if scores.capped else None,
+            "time_to_score": {target_key(t): scores.progress.time_to_score.get(target_key(t)) for t in targets},
             "settings": {k: v for k, v in settings.items() if k != "policy_kwargs"}
             | {"net_arch": settings["policy_kwargs"]["net_arch"]}}
 
@@ -198,8 +218,10 @@ def summarize_runs(runs: list[dict], targets: list[float]) -> dict:
     out["updates"] = runs[0]["updates"]
     out["episodes"] = summarize(r["episodes"] for r in runs)
     out["time_to_score"] = {}
+    capped = [r["capped_at_s"] for r in runs if r.get("capped_at_s")]
+    out["capped_at_s"] = max(capped) if capped else None
     for t in targets:
-        hits = [first_crossing(r.get("_full_curve", r["curve"]), t) for r in runs]
+        hits = [r["time_to_score"][target_key(t)] for r in runs]
         reached = [h for h in hits if h]
         out["time_to_score"][str(t)] = {
             "reached": len(reached),
@@ -220,9 +242,9 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xlabel("wall-clock seconds (log)")
     ax.set_ylabel(f"mean score, last {WINDOW} episodes")
     m = results["machine"]
-    ax.set_title(
-        f"Snake {results['board']}x{results['board']}, {results['env_steps']:,} env steps each\n{machine_line(m)}", fontsize=9
-    )
+    capped = [e["summary"].get("capped_at_s") for e in results["entries"] if e["summary"].get("capped_at_s")]
+    budget = f"{results['env_steps']:,} env steps each" + (f" (SB3 stopped at {max(capped):.0f} s)" if capped else "")
+    ax.set_title(f"Snake {results['board']}x{results['board']}, {budget}\n{machine_line(m)}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(plt, fig, path)
@@ -242,6 +264,8 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(str(t) for t in DEFAULT_TARGETS), help="mean scores to time")
     parser.add_argument("--repeats", type=int, default=3, help="rlperf runs (seconds each)")
     parser.add_argument("--sb3-repeats", type=int, default=1, help="runs per SB3 setting (minutes each)")
+    parser.add_argument("--sb3-max-s", type=float, default=0.0,
+                        help="stop an SB3 run after this many seconds (0: run its whole env-step budget)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads for both (0: torch's default, one per core)")
     parser.add_argument("--out", type=Path, help="also write the JSON results here")
     parser.add_argument("--plot", type=Path, help="write learning curves (score vs wall time) as PNG here")
@@ -273,7 +297,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         print(f"rlperf train --config {config}:", file=sys.stderr, flush=True)
-        runs = [run_rlperf(config, args.steps or None, threads, Path(tmp)) for _ in range(args.repeats)]
+        runs = [run_rlperf(config, args.steps or None, threads, Path(tmp), targets) for _ in range(args.repeats)]
         steps = args.steps or runs[0]["env_steps"]
         results["env_steps"] = steps
         results["entries"].append(
@@ -287,7 +311,8 @@ def main() -> None:
         print(f"  {runs[0]['env_steps']:,} env steps, {statistics.median(r['wall_s'] for r in runs):.1f} s", file=sys.stderr)
     for n_envs in sb3_envs:
         print(f"SB3 DQN, make_vec_env n_envs={n_envs}, {steps:,} env steps:", file=sys.stderr, flush=True)
-        runs = [run_sb3(cfg, n_envs, steps, args.sb3_flood_fill, seed) for _ in range(args.sb3_repeats)]
+        runs = [run_sb3(cfg, n_envs, steps, args.sb3_flood_fill, seed, targets, args.sb3_max_s)
+                for _ in range(args.sb3_repeats)]
         summary = summarize_runs(runs, targets)
         results["entries"].append(
             {
@@ -349,7 +374,8 @@ def main() -> None:
         cells = []
         for t in targets:
             hit = s["time_to_score"][str(t)]
-            cells.append(f"{hit['wall_s']['median']:>11.1f}s" if hit["wall_s"] else f"{'not reached':>12}")
+            missing = f"not reached in {s['wall_s']['median']:.0f} s" if s.get("capped_at_s") else "not reached"
+            cells.append(f"{hit['wall_s']['median']:>11.1f}s" if hit["wall_s"] else f"{missing:>12}")
         print(
             f"{entry['label']:38} {s['wall_s']['median']:>8.1f} {s['update_s']['median']:>9.1f} "
             f"{s['other_s']['median']:>8.1f} "

@@ -204,11 +204,11 @@ def test_gc_rule_reads_gc_counts_and_respects_the_knob() -> None:
 
 def test_gpu_rules_need_a_cuda_run() -> None:
     cfg = ("train.train_ratio=1",)
-    gpu = record("default", cfg, device="cuda", select=1.0, step=2.0, push=0.5, train=10.0, log=0.2)
+    gpu = record("classic", cfg, device="cuda", select=1.0, step=2.0, push=0.5, train=10.0, log=0.2)
     gpu["timing"]["measured_updates"] = 11_000  # 0.9 ms each: launch-bound
     found = advise(gpu, None, None)
     assert {"train.amp=bf16", "train.compile=reduce-overhead", "buffer.batch_size=1024"} <= knobs(found)
-    cpu = record("default", cfg, select=1.0, step=2.0, push=0.5, train=10.0, log=0.2)
+    cpu = record("classic", cfg, select=1.0, step=2.0, push=0.5, train=10.0, log=0.2)
     assert not knobs(advise(cpu, None, None)) & {"train.amp=bf16", "train.compile=reduce-overhead", "buffer.batch_size=1024"}
     amp = next(f for f in found if f.knob == "train.amp=bf16")
     assert "30–40%" in amp.expected_gain and "NVIDIA H100" in amp.evidence

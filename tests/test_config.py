@@ -20,7 +20,7 @@ from rlperf.config import (
 from rlperf.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ["default", "fast", "naive", "smoke"]
+SHIPPED = ["classic", "default", "fast", "naive", "smoke"]
 
 
 def config_error(fn, *args, **kwargs) -> str:
@@ -134,7 +134,7 @@ def test_unknown_key_suggests(default: Config, override: str, expected: str) -> 
         ("env.size=3", ["env.size", "3", "greater than or equal to 4"]),
         ("env.size=65", ["env.size", "65", "less than or equal to 64"]),
         ("train.train_ratio=-1", ["train.train_ratio", "-1", "greater than or equal to 0"]),
-        ("buffer.capacity=100", ["buffer.capacity", "buffer.batch_size", "100", "256"]),
+        ("buffer.capacity=100", ["buffer.capacity", "buffer.batch_size", "100", "128"]),
         ("env.initial_length=11", ["env.initial_length", "env.size", "11"]),
         ("agent.eps_end=2", ["agent.eps_end", "2", "less than or equal to 1"]),
         ("agent.gamma=0", ["agent.gamma", "greater than 0"]),
@@ -295,7 +295,7 @@ def test_async_alias_both_ways(default: Config) -> None:
 def test_flat_keys_cover_every_field(default: Config) -> None:
     keys = flat_keys(default)
     assert set(keys) == set(descriptions())
-    assert keys["env.num_envs"] == 256 and keys["agent.hidden"] == [256, 256]
+    assert keys["env.num_envs"] == 256 and keys["agent.hidden"] == [64, 64]
     assert all(descriptions().values()), "every field has a description"
 
 
@@ -307,9 +307,9 @@ def test_eps_decay_fraction_applies_when_the_run_length_is_known() -> None:
 
     by_steps = config_from(None, steps=30_000)  # default.toml: eps_decay_fraction = 0.25
     assert by_steps.agent.eps_decay_fraction == 0.25 and eps_decay_steps(by_steps) == 7_500
-    assert epsilon_at(by_steps, 0) == 1.0 and epsilon_at(by_steps, 7_500) == pytest.approx(0.01)
+    assert epsilon_at(by_steps, 0) == 1.0 and epsilon_at(by_steps, 7_500) == pytest.approx(by_steps.agent.eps_end)
     by_episodes = config_from(None)  # 5000 episodes: the length in env steps is unknown
-    assert eps_decay_steps(by_episodes) == 100_000
+    assert eps_decay_steps(by_episodes) == 40_000
     # Absolute steps alone switch the fraction off (as --episodes alone clears --steps)...
     absolute = config_from(None, ["agent.eps_decay_steps=20000"], steps=30_000)
     assert absolute.agent.eps_decay_fraction == 0.0 and eps_decay_steps(absolute) == 20_000

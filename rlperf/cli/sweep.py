@@ -32,6 +32,9 @@ def sweep(
         "--address", help="Ray cluster to connect to (default: start a local one).")] = None,
     trial_cpus: Annotated[float, typer.Option("--trial-cpus", help="CPUs per Ray trial.")] = 1.0,
     trial_gpus: Annotated[float, typer.Option("--trial-gpus", help="GPUs per Ray trial.")] = 0.0,
+    objective: Annotated[str | None, typer.Option(
+        "--objective", help="Rank grid points, best first: time_to_S (S in train.score_targets, e.g. time_to_20), "
+        "final_score, env_steps_per_s or updates_per_s.")] = None,
     *,
     run: RunArgs,
 ) -> None:
@@ -68,7 +71,7 @@ def sweep(
     with progress or contextlib.nullcontext():
         result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
                            trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
-                           on_trial=on_trial if progress else None, stop=stop)
+                           on_trial=on_trial if progress else None, stop=stop, objective=objective)
     data = result.data()
     failed = len(result.failed)
     line = f"sweep: {len(result.trials)} trials"

@@ -30,6 +30,7 @@ from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import CHECKPOINT_NAME, RECORD_NAME, check_comparable_record, make_run_dir, read_record
 from rlperf.run.signals import RunInterrupted, StopSignal
+from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES
 
 SCHEMA = 1
@@ -66,6 +67,10 @@ class Metric:
     # How to derive the value from a record that predates its field (None: not derivable).
     derive: Callable[[Mapping[str, Any]], float | None] | None = None
 
+    @property
+    def group(self) -> str:
+        return self.path[0]
+
     def value(self, record: Mapping[str, Any]) -> float | None:
         node: Any = record
         for part in self.path:
@@ -101,16 +106,25 @@ MEMORY = (
 )
 
 
+def time_to_score_metric(target: float) -> Metric:
+    """Wall seconds (warm-up excluded) until the mean score of the last 100 episodes first reached ``target``."""
+    key = target_key(target)
+    return Metric(f"time_to_{key}", f"time to score {key}", ("time_to_score", key), "seconds", "lower", "speedup",
+                  derive=lambda record: (time_to(record, target) or (False, None))[1])
+
+
 def metrics_for(records: Sequence[Mapping[str, Any]]) -> list[Metric]:
-    """The rows for these records: phases in loop order, throughput, score, memory (rows with data)."""
+    """The rows for these records: phases in loop order, throughput, score, time to score, memory
+    (rows with data; a time-to-score row whenever a record tracks that target, reached or not)."""
     phase_names: list[str] = []
     for r in records:
         for name in r.get("phases") or {}:
             if name not in phase_names:
                 phase_names.append(name)
     ordered = [p for p in PHASES if p in phase_names] + [p for p in phase_names if p not in PHASES]
-    rows = [phase_metric(p) for p in ordered] + list(THROUGHPUT) + [SCORE] + list(MEMORY)
-    return [m for m in rows if any(m.value(r) is not None for r in records)]
+    targets = [time_to_score_metric(t) for t in tracked_targets(records)]
+    rows = [phase_metric(p) for p in ordered] + list(THROUGHPUT) + [SCORE] + targets + list(MEMORY)
+    return [m for m in rows if m in targets or any(m.value(r) is not None for r in records)]
 
 
 # -- the comparison -----------------------------------------------------------------------------
@@ -141,7 +155,7 @@ def compare(sides: Sequence[Side]) -> dict[str, Any]:
         row: dict[str, Any] = {
             "metric": metric.key,
             "label": metric.label,
-            "group": metric.path[0],
+            "group": metric.group,
             "kind": metric.kind,
             "better": metric.better,
             "cells": [c.as_dict() if c else None for c in cells],
@@ -149,6 +163,11 @@ def compare(sides: Sequence[Side]) -> dict[str, Any]:
             "ratios": [_ratio(metric, cells[0], c, s.label) for s, c in zip(sides[1:], cells[1:], strict=True)],
             "best": _best(metric, cells),
         }
+        if metric.group == "time_to_score":
+            # Per column: runs that reached the score of runs that track it (the cell is over the former).
+            target = float(metric.key.removeprefix("time_to_"))
+            hits = [[time_to(r, target) for r in s.records] for s in sides]
+            row["reached"] = [[sum(1 for h in col if h and h[0]), sum(1 for h in col if h)] for col in hits]
         if metric.key == "peak_rss_mb" and not all(_rss_per_run(r) for r in all_records):
             # A process's peak so far says nothing about one run of several: shown, never compared.
             row["label"] = "peak RSS (process so far)"
@@ -258,6 +277,9 @@ def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") 
     ]
     if max(ns) >= NOISE_MIN_SAMPLES:
         caption.append("(noise) = the two ranges overlap")
+    if any(row.get("reached") for row in comparison["rows"]):
+        caption.append("time to score: wall time until the mean score of the last 100 episodes first reached it, "
+                       "warm-up excluded (median of the runs that reached it)")
     table = Table(title=title, caption="; ".join(caption))
     table.add_column("metric")
     table.add_column("unit")
@@ -279,11 +301,14 @@ def _render_row(row: Mapping[str, Any]) -> list[Text | str]:
     cells = row["cells"]
     scale, unit = pick_unit(row["kind"], [c["median"] for c in cells if c])
     out: list[Text | str] = [row["label"], unit]
+    reached = row.get("reached")
     for i, c in enumerate(cells):
         if c is None:
-            out.append(MISSING)
+            out.append(NOT_REACHED if reached and reached[i][1] else MISSING)
             continue
         text = format_number(c["median"], c["spread"] if c["n"] > 1 else None, scale)
+        if reached and reached[i][0] < reached[i][1]:
+            text += f" ({reached[i][0]}/{reached[i][1]} reached)"
         if row.get("shares") and row["shares"][i] is not None:
             text += f" ({100 * row['shares'][i]:.0f}%)"
         out.append(Text(text, style="bold green" if row["best"] == i else ""))

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import difflib
 import io
 import itertools
 import json
 import logging
+import math
 import os
 import signal
+import statistics
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +52,7 @@ from rlperf.errors import ConfigError, DiskError, RlperfError
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import check_run_name, make_run_dir, read_record, write_json_atomic, write_text_atomic
 from rlperf.run.signals import STOP_SIGNALS, RunInterrupted, StopSignal, in_main_thread
+from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES
 
 SCHEMA = 1
@@ -65,6 +69,88 @@ TRIAL_METRICS = (
     ("mean_score", ("learning", "mean_score_last_100"), "score"),
     *tuple((f"share_{p}", ("phases", p, "share"), "share") for p in PHASES),
 )
+
+
+# -- the objective ------------------------------------------------------------------------------
+
+OBJECTIVES = {
+    "final_score": ("mean score of the last 100 episodes at the end", "higher"),
+    "env_steps_per_s": ("env steps per second (warm-up excluded)", "higher"),
+    "updates_per_s": ("gradient updates per second (warm-up excluded)", "higher"),
+}
+"""Objectives besides ``time_to_S`` (seconds until the mean score first reached S, lower is better)."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What ranks a sweep's grid points: ``time_to_S`` (one of ``train.score_targets``), ``final_score``,
+    ``env_steps_per_s`` or ``updates_per_s``. A point's value is the median over its completed repeats;
+    for a time to score, a repeat that did not reach S counts as infinitely slow, so a point most of
+    whose repeats did not reach it is *not reached* and ranks last."""
+
+    name: str
+    better: str  # higher | lower
+    target: float | None = None
+
+    @property
+    def column(self) -> str:
+        return {"final_score": "mean_score"}.get(self.name, self.name)
+
+    def trial_value(self, t: Trial) -> float | None:
+        """One completed trial's value (inf: the score was not reached); None: no value."""
+        if self.target is not None:
+            hit = time_to(t.record or {}, self.target)
+            return None if hit is None else (hit[1] if hit[0] and hit[1] is not None else math.inf)
+        path = {"final_score": ("learning", "mean_score_last_100")}.get(self.name, ("throughput", self.name))
+        return t.value(path)
+
+    def point_value(self, trials: Sequence[Trial]) -> float | None:
+        values = [v for v in (self.trial_value(t) for t in trials if t.status == "completed") if v is not None]
+        return statistics.median(values) if values else None
+
+
+def parse_objective(name: str, trials: Sequence[Trial]) -> Objective:
+    """The objective named ``name``, checked against every trial's config before anything runs."""
+    name = name.strip()
+    if name in OBJECTIVES:
+        return Objective(name, OBJECTIVES[name][1])
+    known = ["time_to_S (S in train.score_targets)", *OBJECTIVES]
+    if not name.startswith("time_to_"):
+        close = difflib.get_close_matches(name, ["time_to_20", *OBJECTIVES], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"unknown sweep objective {name!r}", hint=f"{hint}use one of: {', '.join(known)}")
+    try:
+        target = float(name.removeprefix("time_to_"))
+    except ValueError:
+        raise ConfigError(f"unknown sweep objective {name!r}",
+                          hint="write time_to_S with S a score in train.score_targets, e.g. time_to_20") from None
+    for t in trials:
+        tracked = t.config.train.score_targets if t.config is not None else []
+        if target_key(target) not in {target_key(x) for x in tracked}:
+            listed = ", ".join(target_key(x) for x in tracked) or "none"
+            raise ConfigError(f"objective {name}: score {target_key(target)} is not in train.score_targets "
+                              f"({listed})", hint=f"add it: --set 'train.score_targets=[{target_key(target)}]' "
+                              "(with the other targets you want)")
+    return Objective(f"time_to_{target_key(target)}", "lower", target)
+
+
+def rank_points(trials: Sequence[Trial], objective: Objective) -> list[tuple[int, float | None]]:
+    """Grid points best first, each with its objective value (inf or None: not reached / no value, last)."""
+    points: dict[int, list[Trial]] = {}
+    for t in trials:
+        points.setdefault(t.point, []).append(t)
+    valued = {point: objective.point_value(group) for point, group in points.items()}
+    # Among points that did not reach the score, those where more repeats reached it come first.
+    reached = {point: sum(1 for t in group if t.status == "completed" and (v := objective.trial_value(t)) is not None
+                          and math.isfinite(v)) for point, group in points.items()}
+
+    def key(point: int) -> tuple[bool, float, int, int]:
+        value = valued[point]
+        missing = value is None or math.isinf(value)
+        sign = 1.0 if objective.better == "lower" else -1.0
+        return missing, 0.0 if missing or value is None else sign * value, -reached[point], point
+
+    return [(point, valued[point]) for point in sorted(valued, key=key)]
 
 
 # -- the grid -----------------------------------------------------------------------------------
@@ -170,6 +256,10 @@ class Trial:
         for column, path, _ in TRIAL_METRICS:
             row[column] = self.value(path)
         row["best_score"] = self.value(("learning", "best_score"))
+        for target in tracked_targets([self.record] if self.record else []):
+            hit = time_to(self.record or {}, target)
+            row[f"time_to_{target_key(target)}"] = hit[1] if hit else None
+            row[f"reached_{target_key(target)}"] = hit[0] if hit else None
         row["wall_s"] = self.value(("totals", "wall_s"))
         row["run_dir"] = self.run_dir
         row["error"] = self.error
@@ -239,6 +329,7 @@ class SweepResult:
     base: Config
     interrupted: bool = False
     signum: int | None = None  # the signal that stopped the sweep, if one did
+    objective: Objective | None = None
 
     @property
     def exit_code(self) -> int:
@@ -252,7 +343,7 @@ class SweepResult:
         return [t for t in self.trials if t.status == "failed"]
 
     def summary(self) -> list[dict[str, Any]]:
-        return summarize_points(self.trials, self.axes)
+        return summarize_points(self.trials, self.axes, self.objective)
 
     def data(self) -> dict[str, Any]:
         return {
@@ -266,6 +357,11 @@ class SweepResult:
             "interrupted": self.interrupted,
             "base_config": config_to_dict(self.base),
             "trials": [t.row() for t in self.trials],
+            "objective": None if self.objective is None else {
+                "name": self.objective.name, "better": self.objective.better,
+                "rule": "median over completed repeats; a repeat that did not reach the score counts as "
+                        "infinitely slow; unreached points rank last",
+            },
             "summary": self.summary(),
         }
 
@@ -286,11 +382,13 @@ def run_sweep(
     command: list[str] | None = None,
     on_trial: TrialCallback | None = None,
     stop: StopSignal | None = None,
+    objective: str | None = None,
 ) -> SweepResult:
     """Run the grid and write the sweep directory; ``on_trial(event, trial)`` hears "start" and "end".
 
     ``stop``: the caller's stop signal (the command line's); by default the sweep installs its own.
-    Raises RlperfError (nothing written) for a bad axis or value, an unknown backend, a missing Ray
+    ``objective`` (see :class:`Objective`) ranks the grid points, best first, in the summary and table.
+    Raises RlperfError (nothing written) for a bad axis, value or objective, an unknown backend, a missing Ray
     or a resource request the Ray cluster cannot meet; RunInterrupted for a signal before the sweep
     directory exists; DiskError (one line) after writing what it could when the disk is full.
     """
@@ -298,6 +396,7 @@ def run_sweep(
         raise RlperfError(f"unknown sweep backend {backend!r}", hint="use local or ray")
     check_run_name(name)
     trials = plan(base, axes, repeats, runnable_here=backend == "local")
+    ranking = parse_objective(objective, trials) if objective is not None else None
     notify = on_trial or (lambda event, trial: None)
     own = stop is None
     stop = stop if stop is not None else StopSignal()
@@ -310,7 +409,7 @@ def run_sweep(
                 ray_session.check([t.config for t in trials if t.config is not None])
             stop.raise_if_set("the sweep started")
             sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
-            result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base)
+            result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base, objective=ranking)
             disk: DiskError | None = None
             try:
                 if ray_session is not None:
@@ -659,9 +758,13 @@ def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_d
 # -- summary, files, table ----------------------------------------------------------------------
 
 
-def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis]) -> list[dict[str, Any]]:
+def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis],
+                     objective: Objective | None = None) -> list[dict[str, Any]]:
     """One entry per grid point: its values, trial statuses, and median/spread of each figure over
-    its completed repeats (the numbers are the records', gathered, not recomputed)."""
+    its completed repeats (the numbers are the records', gathered, not recomputed). A time to score
+    is summarized over the repeats that reached it, with ``reached_S``: [reached, tracked]. With an
+    ``objective`` the entries come best first, each with its ``rank`` and ``objective`` value."""
+    targets = tracked_targets(t.record for t in trials if t.record)
     points: dict[int, list[Trial]] = {}
     for t in trials:
         points.setdefault(t.point, []).append(t)
@@ -679,8 +782,20 @@ def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis]) -> list[dict
         for column, path, _ in TRIAL_METRICS:
             s = summarize([t.value(path) for t in done])
             entry[column] = s.as_dict() if s else None
+        for target in targets:
+            hits = [h for h in (time_to(t.record or {}, target) for t in done) if h is not None]
+            s = summarize([value for reached, value in hits if reached])
+            entry[f"time_to_{target_key(target)}"] = s.as_dict() if s else None
+            entry[f"reached_{target_key(target)}"] = [sum(1 for reached, _ in hits if reached), len(hits)]
         out.append(entry)
-    return out
+    if objective is None:
+        return out
+    ranked = rank_points(trials, objective)
+    by_point = {e["point"]: e for e in out}
+    for rank, (point, value) in enumerate(ranked, 1):
+        by_point[point]["rank"] = rank
+        by_point[point]["objective"] = None if value is None or math.isinf(value) else value
+    return [by_point[point] for point, _ in ranked]
 
 
 def write_outputs(result: SweepResult) -> None:
@@ -691,8 +806,9 @@ def write_outputs(result: SweepResult) -> None:
     write_json_atomic(result.sweep_dir / "sweep.json", data)
     rows = data["trials"]
     buffer = io.StringIO()
-    fieldnames = list(rows[0]) if rows else ["trial"]
-    writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")
+    # A failed trial has no record, so no time-to-score columns: the header is every row's keys, in order.
+    fieldnames = list(dict.fromkeys(k for row in rows for k in row)) or ["trial"]
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n", restval="")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
@@ -712,7 +828,16 @@ def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
         caption.append(f"{SPREAD_RULE} over {data['repeats']} repeats")
     if data.get("interrupted"):
         caption.append("interrupted: partial results")
+    targets = sorted({float(k.removeprefix("reached_")) for e in summary for k in e if k.startswith("reached_")})
+    if targets:
+        caption.append("t→S: seconds until the mean score of the last 100 episodes first reached S "
+                       "(warm-up excluded; median of the repeats that reached it)")
+    objective = data.get("objective")
+    if objective:
+        caption.append(f"ranked by {objective['name']} ({objective['better']} is better), best first")
     table = Table(title=title, caption="; ".join(caption))
+    if objective:
+        table.add_column("#", justify="right")
     for short in shorts:
         table.add_column(short, justify="right")
     numeric = [
@@ -729,14 +854,18 @@ def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:
         table.add_column(header, justify="right")
     table.add_column("phases %", justify="right")
     table.add_column("mean score", justify="right")
+    for target in targets:
+        table.add_column(f"t→{target_key(target)} (s)", justify="right")
     table.add_column("status", max_width=60)
     for e in summary:
-        cells: list[Text | str] = [_show(e["params"].get(k)) for k in keys]
+        cells: list[Text | str] = [str(e["rank"])] if objective else []
+        cells += [_show(e["params"].get(k)) for k in keys]
         for column, _, _ in numeric:
             cells.append(_cell(e[column], units[column][0]))
         shares = [e[f"share_{p}"] for p in PHASES]
         cells.append("/".join(f"{100 * s['median']:.0f}" if s else MISSING for s in shares) if any(shares) else MISSING)
         cells.append(_cell(e["mean_score"], 1.0))
+        cells += [_time_cell(e, target) for target in targets]
         cells.append(_status(e))
         table.add_row(*cells)
     return table
@@ -746,6 +875,17 @@ def _cell(stat: dict[str, Any] | None, scale: float) -> str:
     if not stat:
         return MISSING
     return format_number(stat["median"], stat["spread"] if stat["n"] > 1 else None, scale, compact=True)
+
+
+def _time_cell(entry: dict[str, Any], target: float) -> str:
+    """Seconds to ``target`` over the repeats that reached it, ``not reached``, or ``2/3 reached``."""
+    reached, tracked = entry.get(f"reached_{target_key(target)}") or [0, 0]
+    if not tracked:
+        return MISSING
+    if not reached:
+        return NOT_REACHED
+    text = _cell(entry.get(f"time_to_{target_key(target)}"), 1.0)
+    return text if reached == tracked else f"{text} ({reached}/{tracked})"
 
 
 def _show(value: Any) -> str:

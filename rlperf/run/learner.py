@@ -322,7 +322,7 @@ class Learner:
         if a.publish == "state_dict":
             self.shared_model = shared_qnetwork(self.obs_shape, list(cfg.agent.hidden), self.shared)
         self.timer = PhaseTimer(self.device, mode=cfg.run.timing, warmup_steps=t.warmup_steps)
-        self.progress = Progress()
+        self.progress = Progress(score_targets=tuple(cfg.train.score_targets))
         self.pids: list[list[int]] = [[] for _ in range(a.actors)]
         self.restarts = [0] * a.actors
         self.restart_events: list[dict[str, Any]] = []
@@ -572,6 +572,9 @@ class Learner:
         with self.timer.phase("log"):
             p, s = self.progress, self.slots
             episodes = self.segment.arrays["episodes"]
+            p.env_steps = int(s[:, SLOT["env_steps"]].sum())
+            p.vector_steps = int(s[:, SLOT["vector_steps"]].sum())
+            p.updates = self.agent.updates
             for i in range(len(self.episodes_read)):
                 count = int(s[i, SLOT["episodes"]])
                 new = count - self.episodes_read[i]
@@ -579,13 +582,11 @@ class Learner:
                     kept = min(new, EPISODE_RING)
                     self.episodes_lost += new - kept
                     rows = episodes[i, np.arange(count - kept, count) % EPISODE_RING]
-                    p.add_episodes(rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64), rows[:, 2])
+                    p.add_episodes(rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64), rows[:, 2],
+                                   clock=self._score_clock)
                     self.episodes_seen += kept
                     self.episodes_read[i] = count
             p.episodes = int(s[:, SLOT["episodes"]].sum())
-            p.env_steps = int(s[:, SLOT["env_steps"]].sum())
-            p.vector_steps = int(s[:, SLOT["vector_steps"]].sum())
-            p.updates = self.agent.updates
             p.epsilon = epsilon_at(self.cfg, p.env_steps)
             finite = True
             if self.loss_count:
@@ -612,6 +613,13 @@ class Learner:
                     extra=lambda: _metrics_line(self._async_metrics(time.perf_counter())),
                 )
         return finite
+
+    def _score_clock(self) -> dict[str, float | int]:
+        """The clock and counters of this log read, for a score target reached in it: measured from
+        when every actor was past its warm-up (0 before), as the rates are."""
+        now_s, p = time.perf_counter(), self.progress
+        measured = now_s - self.window_start[0] if self.window_start is not None else 0.0
+        return {"wall_s": measured, "run_wall_s": now_s - self.t_start, "env_steps": p.env_steps, "updates": p.updates}
 
     def _window(self, t_end: float) -> Window:
         """The measured part up to ``t_end``: from when every actor was past its warm-up (spawn and
@@ -755,6 +763,8 @@ class Learner:
             phases=self._phases(),
             episode_length=p.episode_steps / self.episodes_seen if self.episodes_seen else None,
             rss_scope=self.rss_scope,
+            score_resolution=f"every learner log read (train.log_every = {cfg.train.log_every} vector steps per actor, "
+                             f"checked every {CHECK_EVERY_S:g} s)",
             memory={
                 "replay_mb": replay_bytes / 2**20,
                 "shared_mb": self.layout.nbytes / 2**20,

@@ -161,7 +161,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     fill = steps_before_learning(cfg)
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
                        annotate=hooks.annotate_phases)
-    progress = Progress()
+    progress = Progress(score_targets=tuple(cfg.train.score_targets))
     if saved is not None:
         assert run_dir is not None
         history = restore(saved, run_dir, env, agent, buffer, timer, progress)
@@ -189,7 +189,7 @@ def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.d
     obs_shape, _ = env_spec(cfg)
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=cfg.train.warmup_steps)
     timer.load_state_dict(state["timer"])
-    progress = Progress()
+    progress = Progress(score_targets=tuple(cfg.train.score_targets))
     progress.load_state_dict(state["progress"])
     history = RunHistory(**state["run"])
     with contextlib.suppress(RlperfError, OSError):
@@ -318,7 +318,7 @@ class SyncRun:
             obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
             with self.board, self.hooks.around_loop():
                 run_loop(cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
-                         should_stop=self.stop, on_step=self.on_step, done=self.done)
+                         should_stop=self.stop, on_step=self.on_step, done=self.done, run_wall=self.wall_s)
             synchronize(self.device)
             if p.status == "diverged":
                 status, error = "diverged", self._divergence_message()
@@ -407,7 +407,16 @@ def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, his
         progress=p, timing=timing, window=window, wall_s=wall,
         phases={name: timing["phases"][name] for name in PHASES if name in timing["phases"]},
         episode_length=p.episode_steps / p.episodes if p.episodes else None, rss_scope=rss_scope,
+        score_resolution=score_resolution(cfg, device),
         memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
+
+
+def score_resolution(cfg: Config, device: torch.device) -> str:
+    """How often a sync run checks its time to score: where :func:`rlperf.dqn.run_loop` reads
+    finished episodes (every step on the CPU, every log interval elsewhere)."""
+    if device.type == "cpu":
+        return f"every vector step ({cfg.env.num_envs} env steps)"
+    return f"every log interval (train.log_every = {cfg.train.log_every} vector steps)"
 
 
 def _with_detail(exc: DiskError, detail: str, record: dict[str, Any] | None = None,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlperf.config import Config, config_to_dict
+from rlperf.score import record_section
 from rlperf.system import cpu_model
 from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA
 
@@ -141,6 +142,7 @@ def build_record(
     phases: Mapping[str, Any],
     episode_length: float | None,
     rss_scope: str,
+    score_resolution: str,
     memory: Mapping[str, Any] | None = None,
     checkpoint: Mapping[str, Any] | None = None,
     error: str | None = None,
@@ -148,7 +150,8 @@ def build_record(
     """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds (of which
     ``fill_steps`` only filled the replay, when the warm-up waited for it) and measured steps;
     ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
-    returned at the start; ``memory`` extra memory figures."""
+    returned at the start; ``score_resolution`` how often the time to score was checked;
+    ``memory`` extra memory figures."""
     p = progress
     files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
     if checkpoint is not None:
@@ -193,6 +196,7 @@ def build_record(
             "final_epsilon": p.epsilon,
             "last_loss": finite(p.last_loss),
         },
+        "time_to_score": record_section(cfg.train.score_targets, p.time_to_score, score_resolution),
         "memory": {"peak_rss_mb": peak_rss_mb(), "rss_scope": rss_scope, "peak_cuda_mb": peak_cuda_mb(device),
                    **(memory or {})},
         "checkpoint": dict(checkpoint) if checkpoint is not None else None,
