@@ -160,13 +160,7 @@ def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
             console.print(f"torch.profiler: {t.get('note')}", markup=False)
     _pyspy_and_gc_lines(console, p, "the loop")
     console.print(overhead_line(p), highlight=False, markup=False)
-    run_dir = Path(record["run_dir"])
-    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
-                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
-        if key in p["artifacts"]:
-            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
-    adv = p["advisor"]
-    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    _artifacts_and_findings(console, record, p)
     v = p.get("verify")
     if v:
         line = (f"verified: {v['ran']} compare line(s), {v.get('repeats', 0)} interleaved repeats each, runs in "
@@ -240,13 +234,7 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
         else:
             console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
     _pyspy_and_gc_lines(console, p, "the script")
-    run_dir = Path(record["run_dir"])
-    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
-                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
-        if key in p["artifacts"]:
-            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
-    adv = p["advisor"]
-    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
+    _artifacts_and_findings(console, record, p)
     if not quiet or record["status"] != "completed":
         print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
               f"{record['run_dir']}", file=sys.stderr)
@@ -262,3 +250,14 @@ def _pyspy_and_gc_lines(console: Any, p: Mapping[str, Any], of: str) -> None:
     console.print(f"gc: {gc['total_collections']:,} collections (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
                   f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of {of}; longest pause "
                   f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
+
+
+def _artifacts_and_findings(console: Any, record: Mapping[str, Any], p: Mapping[str, Any]) -> None:
+    """Where the profile's files are, then the advisor's findings (or why there are none)."""
+    run_dir = Path(record["run_dir"])
+    for label, key in (("cProfile", "cprofile"), ("torch trace (Perfetto / chrome://tracing)", "torch_trace"),
+                       ("py-spy flamegraph", "pyspy_svg"), ("py-spy speedscope", "pyspy_speedscope")):
+        if key in p["artifacts"]:
+            console.print(f"{label}: {run_dir / p['artifacts'][key]}", highlight=False, soft_wrap=True, markup=False)
+    adv = p["advisor"]
+    console.print(render_findings(adv["findings"], adv["measured_phase_s"], adv["none"]), soft_wrap=True)
