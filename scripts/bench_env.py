@@ -197,6 +197,8 @@ def time_kernels(args: argparse.Namespace, device: torch.device, sizes: list[int
                 continue  # the Python BFS reference: minutes per block beyond this
             steps = max(3, args.steps // 10) if flood == "bfs" else args.steps
             run = ["ops"] if flood == "bfs" else kernels  # the fused kernel has its own fill
+            if flood == "bfs" and "ops" not in kernels:
+                continue
             for kernel, rates in time_vector_snakes(n, device, flood, run, steps, args.repeats).items():
                 results["tensor"].append({"n": n, "flood_fill": flood, "kernel": kernel, **summarize(rates)})
                 if not args.json:
@@ -253,6 +255,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: library default)")
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
     parser.add_argument(
+        "--kernels",
+        default="fused,ops",
+        help="env kernels to time, interleaved (fused alone: no torch thread pool between its blocks)",
+    )
+    parser.add_argument(
         "--overheads",
         action="store_true",
         help="also time copy=True against copy=False and the action checks (CPU; N = 256 and --max-n)",
@@ -281,7 +288,10 @@ def main() -> None:
         "tensor": [],
         "gym": [],
     }
-    kernels = [k for k in ("fused", "ops") if resolve_kernel(k if k == "ops" else "auto", device)[0] == k]
+    asked = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    if not asked or any(k not in ("fused", "ops") for k in asked):
+        parser.error(f"--kernels takes fused and/or ops, got {args.kernels!r}")
+    kernels = [k for k in asked if resolve_kernel(k if k == "ops" else "auto", device)[0] == k]
     results["kernels"] = kernels
     time_kernels(args, device, sizes_between(args.min_n, args.max_n), kernels, results)
     if args.overheads:
