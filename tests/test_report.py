@@ -130,3 +130,10 @@ def test_time_per_episode_splits_into_its_two_factors() -> None:
     # Flat run, or too few intervals: nothing to say.
     assert episode_growth_line({"intervals": _intervals([20] * 10, [30] * 10)}) is None
     assert episode_split(longer[:5]) is None
+
+
+def test_seconds_short_never_prints_zero_for_a_measured_time() -> None:
+    from rlperf.report.units import seconds_short
+
+    assert seconds_short(0.0025) == "2.5 ms" and seconds_short(0.0) == "0.00 s"
+    assert seconds_short(3.14159) == "3.14 s" and seconds_short(314.2) == "314 s"

@@ -159,5 +159,8 @@ def percent_short(x: float) -> str:
 
 
 def seconds_short(x: float) -> str:
-    """``3.14 s``, or ``314 s`` from a hundred seconds up."""
+    """``3.14 s``, ``314 s`` from a hundred seconds up, and ``2.5 ms`` under 5 ms (where two decimals
+    of a second would print 0.00)."""
+    if 0 < x < 0.005:
+        return f"{x * 1e3:.2g} ms"
     return f"{x:.2f} s" if x < 100 else f"{x:.0f} s"
