@@ -53,7 +53,7 @@ from rlperf.instruments.profilers import (
     torch_window,
 )
 from rlperf.dqn import steps_before_learning
-from rlperf.run.files import copy_atomic, write_json_atomic
+from rlperf.run.files import copy_atomic, pid_alive, write_json_atomic
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
 from rlperf.run.signals import StopSignal
 
@@ -257,21 +257,11 @@ def tidy_scratch() -> list[str]:
         return removed
     for name in names:
         m = _SCRATCH.match(name)
-        if m is None or _alive(int(m.group(1))):
+        if m is None or pid_alive(int(m.group(1))):
             continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         removed.append(name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def window_section(cfg: Config, record: dict[str, Any], durations: list[float]) -> dict[str, Any]:
@@ -501,7 +491,7 @@ def stop_with_parent() -> None:
         return
 
     def watch() -> None:
-        while _alive(int(parent)):
+        while pid_alive(int(parent)):
             time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -156,7 +156,7 @@ def tidy_stale_temps(out: str | Path, depth: int = 2) -> list[Path]:
 
 def _tidy_dir(folder: Path) -> list[Path]:
     try:
-        stale = [f for f in os.listdir(folder) if (m := _TEMP.match(f)) and not _pid_alive(int(m.group(1)))]
+        stale = [f for f in os.listdir(folder) if (m := _TEMP.match(f)) and not pid_alive(int(m.group(1)))]
     except OSError:
         return []
     if not stale:
@@ -176,7 +176,8 @@ def _tidy_dir(folder: Path) -> list[Path]:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one owned by another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from rlperf.run.files import pid_alive
+
 PREFIX = "rlperf_"
 SHM_DIR = "/dev/shm"
 _ALIGN = 64  # each array starts on its own cache line
@@ -61,16 +63,6 @@ def owner_pid(name: str) -> int | None:
         return None
     head = name[len(PREFIX):].split("_", 1)[0]
     return int(head) if head.isdigit() else None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def cleanup_stale(shm_dir: str = SHM_DIR) -> list[str]:
