@@ -134,6 +134,23 @@ def test_copy_false_returns_the_envs_own_buffers(kernel):
     assert obs0.data_ptr() == obs2.data_ptr() != obs1.data_ptr() and rewards.data_ptr() == rewards2.data_ptr()
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_copy_false_returns_the_same_values_as_copy_true(kernel):
+    envs = [VectorSnake(8, size=5, device="cpu", kernel=kernel, copy=copy) for copy in (True, False)]
+    for env in envs:
+        env.reset(seed=4)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):  # long enough for deaths, resets and final_info rows
+        actions = torch.randint(0, 3, (8,), generator=g)
+        fresh, views = (env.step(actions) for env in envs)
+        for a, b in zip(fresh[:4], views[:4], strict=True):
+            assert torch.equal(a, b)
+        for key in ("final_obs", "_final_obs", "_final_info"):
+            assert torch.equal(fresh[4][key], views[4][key])
+        for key in ("score", "steps", "return"):
+            assert torch.equal(fresh[4]["final_info"][key], views[4]["final_info"][key])
+
+
 def test_make_env_gives_the_trainer_the_zero_copy_env():
     from rlperf.env.backends import make_env
 
