@@ -100,7 +100,9 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
 
 def _check_env_kernel(cfg: Config, device: torch.device) -> None:
     e = cfg.env
-    if e.kernel == "fused" and e.backend == "tensor" and e.id == "rlperf/Snake-v0":
+    from rlperf.env.registration import ENV_ID
+
+    if e.kernel == "fused" and e.backend == "tensor" and e.id == ENV_ID:
         from rlperf.env.vector import resolve_kernel
 
         # Async actors step their boards on the CPU whatever the learner's device.

@@ -77,10 +77,12 @@ def status_line(record: dict[str, Any], quiet: bool) -> str | None:
     line = f"run {record['name']}: {status} -> {record.get('run_dir', '')}"
     if status in ("failed", "diverged"):
         line += f" ({record.get('error', 'see run.json')})"
+    from rlperf.env.registration import ENV_ID
+
     config = record.get("config", {})
     env = config.get("env", {})
     resumable = (config.get("run", {}).get("mode") != "async" and env.get("backend", "tensor") == "tensor"
-                 and env.get("id", "rlperf/Snake-v0") == "rlperf/Snake-v0")
+                 and env.get("id", ENV_ID) == ENV_ID)
     if status == "interrupted" and record.get("checkpoint") and resumable:
         line += f"; continue with: rlperf train --resume {record.get('run_dir', '')}"
     if record.get("recovered"):

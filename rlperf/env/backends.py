@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rlperf.env.gym_env import SNAKE_ID, GymnasiumEnv, env_spaces
+from rlperf.env.gym_env import GymnasiumEnv, env_spaces
+from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.env.single import SnakeEnv
 from rlperf.env.vector import N_ACTIONS, VectorSnake, observation_shape, resolve_kernel
 

@@ -24,8 +24,6 @@ import torch
 
 from rlperf.errors import ConfigError
 
-SNAKE_ID = "rlperf/Snake-v0"
-
 
 @functools.cache
 def env_spaces(env_id: str) -> tuple[tuple[int, ...], int]:

@@ -36,7 +36,7 @@ from rlperf.run.files import (
     CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record, save_torch_atomic,
     write_bytes_atomic,
 )
-from rlperf.env.gym_env import SNAKE_ID
+from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.run.record import METRICS_FIELDS, RunHistory
 
 if TYPE_CHECKING:

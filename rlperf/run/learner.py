@@ -63,7 +63,7 @@ from rlperf.buffer import Batch
 from rlperf.config import Config, config_to_dict, to_toml
 from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
-from rlperf.env.gym_env import SNAKE_ID
+from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.env.vector import observation_shape
 from rlperf.errors import ConfigError, DiskError
 from rlperf.report.dashboard import Dashboard
