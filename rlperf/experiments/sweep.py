@@ -440,9 +440,6 @@ def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | No
     from rlperf.run.lifecycle import train_run
 
     for t in trials:
-        if t.status != "pending":  # its config was refused: already failed, reported in grid order
-            notify("end", t)
-            continue
         if stop():  # stopped between two trials: the rest are not run
             return
         assert t.config is not None
@@ -590,12 +587,7 @@ class _RaySession:
             stop: StopSignal) -> None:
         from ray import tune
 
-        for t in trials:
-            if t.status != "pending":
-                notify("end", t)
-        pending = {t.index: t for t in trials if t.status == "pending"}
-        if not pending:
-            return
+        pending = {t.index: t for t in trials}  # every grid point was validated by plan()
         stop_file = sweep_dir / STOP_FILE
 
         def tell_trials(signum: int) -> None:  # in the signal handler: one small write
