@@ -75,7 +75,8 @@ class PhaseTimer(timers.PhaseTimer):
 
         ``config``: anything that says what ran (hyperparameters); it is stored as the record's config.
         """
-        from rlperf.run.files import RECORD_NAME, make_run_dir, write_json_atomic
+        from rlperf.atomic import write_json_atomic
+        from rlperf.run.files import RECORD_NAME, make_run_dir
 
         run_dir = make_run_dir(out, name, prefix="external")
         record = self.record(name=run_dir.name, num_envs=num_envs, config=config)

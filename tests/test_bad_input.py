@@ -17,7 +17,7 @@ import torch
 
 from rlperf import cli
 from rlperf.config import config_from
-from rlperf.run.files import write_json_atomic
+from rlperf.atomic import write_json_atomic
 from rlperf.run.lifecycle import train_run
 
 

@@ -41,7 +41,7 @@ import psutil
 import pytest
 import torch
 
-from rlperf import cli
+from rlperf import atomic, cli
 from rlperf.config import config_from
 from rlperf.run import files as files_mod
 from rlperf.run.checkpoint import check_digest, state_digest, with_digest
@@ -235,7 +235,9 @@ def small_disk(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size:
         if read_only:
             pytest.skip("read-only is a mount option: tmpfs only")
         folder.mkdir(parents=True)
-        monkeypatch.setattr(files_mod, "os", InjectedDisk(folder, size, inodes))
+        injected = InjectedDisk(folder, size, inodes)
+        for module in (files_mod, atomic):  # run directories, and the atomic writes under them
+            monkeypatch.setattr(module, "os", injected)
         yield folder
 
 

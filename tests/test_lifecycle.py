@@ -314,7 +314,7 @@ def test_a_run_in_use_cannot_be_resumed(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent("""
     import sys, torch
-    from rlperf.run.files import save_torch_atomic, write_json_atomic
+    from rlperf.atomic import save_torch_atomic, write_json_atomic
     folder = sys.argv[1]
     version = 0
     while True:

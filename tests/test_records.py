@@ -14,15 +14,8 @@ import rlperf
 from rlperf.run import files as records
 from rlperf.run import record as record_mod
 from rlperf.errors import RlperfError
-from rlperf.run.files import (
-    SCHEMA,
-    MetricsCSV,
-    make_run_dir,
-    read_record,
-    save_torch_atomic,
-    write_json_atomic,
-    write_text_atomic,
-)
+from rlperf.atomic import save_torch_atomic, write_json_atomic, write_text_atomic
+from rlperf.run.files import SCHEMA, MetricsCSV, make_run_dir, read_record
 from rlperf.run.record import peak_cuda_mb, peak_rss_mb, system_info
 
 

@@ -120,7 +120,7 @@ def profile(
 def _run_pyspy_child(cfg: Any, record_path: str, options: Any, argv: list[str], run: RunArgs, stop: Any) -> None:
     """The py-spy child: run under the instruments and hand the record to the parent in a file."""
     from rlperf.instruments.profiling import child_failed, profile_run, stop_with_parent
-    from rlperf.run.files import write_json_atomic
+    from rlperf.atomic import write_json_atomic
 
     stop_with_parent()
     try:

@@ -50,7 +50,8 @@ from rlperf.config import (
 )
 from rlperf.errors import ConfigError, DiskError, RlperfError
 from rlperf.run.common import thread_settings_restored
-from rlperf.run.files import check_run_name, make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.atomic import write_json_atomic, write_text_atomic
+from rlperf.run.files import check_run_name, make_run_dir, read_record
 from rlperf.run.signals import STOP_SIGNALS, RunInterrupted, StopSignal, in_main_thread
 from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES

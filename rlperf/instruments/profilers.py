@@ -231,7 +231,7 @@ class CProfiler:
         ``Profile.dump_stats`` writes, never half a file."""
         import marshal
 
-        from rlperf.run.files import write_bytes_atomic
+        from rlperf.atomic import write_bytes_atomic
 
         self.profile.create_stats()
         write_bytes_atomic(path, marshal.dumps(self.profile.stats))
@@ -558,7 +558,7 @@ def speedscope_to_svg(speedscope: str | Path, svg: str | Path, title: str = "py-
                 child = node.children[labels[i]] = _Node(labels[i], own=own[i])
             child.count += weight
             node = child
-    from rlperf.run.files import write_text_atomic
+    from rlperf.atomic import write_text_atomic
 
     write_text_atomic(svg, _flame_svg(root, title, len(samples)))
     return len(samples)
@@ -619,7 +619,7 @@ def is_pyspy_error(line: str) -> bool:
 
 def attach_pyspy(record: dict[str, Any], recording: Path, native: bool) -> None:
     """Copy py-spy's recording into the run directory, draw its flamegraph, and note both in the record."""
-    from rlperf.run.files import copy_atomic
+    from rlperf.atomic import copy_atomic
 
     run_dir = Path(record["run_dir"])
     speedscope = run_dir / "pyspy.speedscope.json"

@@ -53,7 +53,8 @@ from rlperf.instruments.profilers import (
     torch_window,
 )
 from rlperf.dqn import steps_before_learning
-from rlperf.run.files import copy_atomic, pid_alive, write_json_atomic
+from rlperf.atomic import copy_atomic, write_json_atomic
+from rlperf.run.files import pid_alive
 from rlperf.run.lifecycle import RunHooks, RunResult, train_run
 from rlperf.run.signals import StopSignal
 

@@ -38,7 +38,7 @@ from rlperf.instruments.profilers import (
     pyspy_failure,
     user_code,
 )
-from rlperf.run.files import write_json_atomic
+from rlperf.atomic import write_json_atomic
 
 
 @dataclass

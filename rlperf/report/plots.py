@@ -78,7 +78,7 @@ def sweep_plot(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], path: 
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
-    from rlperf.run.files import write_bytes_atomic
+    from rlperf.atomic import write_bytes_atomic
 
     write_bytes_atomic(path, image.getvalue())  # never half a PNG on a full disk
     return path

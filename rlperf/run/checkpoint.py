@@ -32,10 +32,8 @@ from pydantic import ValidationError
 
 from rlperf.config import Config, config_from, config_to_dict, flat_keys, load_config
 from rlperf.errors import RlperfError
-from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record, save_torch_atomic,
-    write_bytes_atomic,
-)
+from rlperf.atomic import save_torch_atomic, write_bytes_atomic
+from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record
 from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.run.record import METRICS_FIELDS, RunHistory
 

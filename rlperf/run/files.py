@@ -1,36 +1,32 @@
 """Run records and run directories: the unit of evidence ``compare`` and ``sweep`` read.
 
 A run directory holds ``run.json`` (the record, :mod:`rlperf.run.record`), ``metrics.csv`` (the learning curve),
-``config.toml`` and ``checkpoint.pt``. Everything here is written atomically (temp file in the
-same directory, fsync, ``os.replace``) so a crash or Ctrl-C never leaves a half-written file, and
-two runs never share a directory.
+``config.toml`` and ``checkpoint.pt``. Everything is written atomically (:mod:`rlperf.atomic`) so a
+crash or Ctrl-C never leaves a half-written file, and two runs never share a directory.
 
-A write the filesystem refuses (full disk, quota, read-only, no free inodes) raises
-:class:`rlperf.errors.DiskError`: one line naming the path, the bytes it needed and what was free.
-The temp file is removed first, so a refused write leaves neither a 0-byte nor a temp file, and
-``metrics.csv`` is cut back to its last whole row. A temp file left by a process that was killed
-(``.NAME.<pid>.<hex>.tmp``, pid dead, directory not locked by a live run) is removed by the next
-run started in the same ``--out``.
+A write the filesystem refuses raises :class:`rlperf.errors.DiskError` (:func:`rlperf.atomic.disk_error`)
+and leaves neither a 0-byte nor a temp file; ``metrics.csv`` is cut back to its last whole row. A temp
+file left by a process that was killed (``.NAME.<pid>.<hex>.tmp``, pid dead, directory not locked
+by a live run) is removed by the next run started in the same ``--out``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import errno
 import io
 import json
 import os
 import re
-import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from rlperf.errors import DiskError, RlperfError
+from rlperf.atomic import TEMP_NAME, disk_error, temp_path, write_text_atomic
+from rlperf.errors import RlperfError
 
 SCHEMA = 1
 """Version of the record and checkpoint layouts; bump it when a reader would misread an older one."""
@@ -128,7 +124,6 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
-_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]+\.tmp$")
 _RUN_DIR = re.compile(r"-\d{8}-\d{6}(-\d+)?$")  # what make_run_dir names a directory
 
 
@@ -156,7 +151,7 @@ def tidy_stale_temps(out: str | Path, depth: int = 2) -> list[Path]:
 
 def _tidy_dir(folder: Path) -> list[Path]:
     try:
-        stale = [f for f in os.listdir(folder) if (m := _TEMP.match(f)) and not pid_alive(int(m.group(1)))]
+        stale = [f for f in os.listdir(folder) if (m := TEMP_NAME.match(f)) and not pid_alive(int(m.group(1)))]
     except OSError:
         return []
     if not stale:
@@ -185,209 +180,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-# -- disk errors -------------------------------------------------------------------------------
-
-
-def _free(path: Path) -> tuple[int, int] | None:
-    """Free bytes and free inodes on the filesystem holding ``path`` (or its nearest existing parent)."""
-    for folder in (path, *path.parents):
-        try:
-            st = os.statvfs(folder)
-        except OSError:
-            continue
-        return st.f_bavail * st.f_frsize, st.f_favail
-    return None
-
-
-def disk_error(path: str | Path, nbytes: int | None, err: OSError) -> DiskError:
-    """The one-line error for a write the filesystem refused."""
-    path = Path(path)
-    reason = err.strerror or str(err)
-    wanted = f"{nbytes:,} bytes to write" if nbytes is not None else "bytes to write unknown"
-    free = _free(path)
-    if free is None:
-        where = wanted
-    elif free[1] == 0 and err.errno == errno.ENOSPC:
-        where = f"{wanted}, no free inodes"
-    else:
-        where = f"{wanted}, {free[0]:,} bytes free"
-    hints = {errno.ENOSPC: "free some space or pass another --out", errno.EDQUOT: "raise the quota or pass another --out",
-             errno.EROFS: "pass a writable --out"}
-    return DiskError(f"cannot write {path}: {reason} ({where})", hint=hints.get(err.errno or 0, "pass a writable --out"))
-
-
-class _Recording:
-    """A file that remembers the first OSError its ``write`` raised: libraries such as ``torch.save``
-    wrap it in their own exception, and the disk error must still be told as one."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self._f = f
-        self.error: OSError | None = None
-        self.written = 0
-
-    def write(self, data: Any) -> int:
-        try:
-            n = self._f.write(data)
-        except OSError as e:
-            self.error = self.error or e
-            raise
-        self.written += n or 0
-        return n
-
-    def flush(self) -> None:
-        try:
-            self._f.flush()
-        except OSError as e:
-            self.error = self.error or e
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._f, name)
-
-
-class _Counting:
-    """A sink that only counts the bytes written to it (the size of a write that failed)."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def write(self, data: Any) -> int:
-        size = memoryview(data).nbytes
-        self.n += size
-        return size
-
-    def flush(self) -> None:
-        pass
-
-
-# -- atomic writes -----------------------------------------------------------------------------
-
-
-def _write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write ``path`` through ``write(file)`` so that it is either the old file or the whole new one.
-
-    A refused write (full disk, quota, read-only, no inodes) removes the temp file and raises
-    DiskError with the bytes the whole file needs.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 honours the umask, unlike mkstemp's 0o600.
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise disk_error(path, _size_of(write), e) from None
-    f: _Recording | None = None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            f = _Recording(raw)
-            write(f)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        cause = f.error if f is not None and f.error is not None else exc if isinstance(exc, OSError) else None
-        if cause is not None:
-            raise disk_error(path, _size_of(write), cause) from None
-        raise
-    _fsync_dir(path.parent)
-
-
-def _size_of(write: Callable[[IO[bytes]], None]) -> int | None:
-    """The bytes ``write`` produces (written again into a counter; only on the error path)."""
-    sink = _Counting()
-    try:
-        write(sink)  # type: ignore[arg-type]
-    except Exception:
-        return None
-    return sink.n
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (best effort: not every platform can open a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _json_default(obj: Any) -> Any:
-    """Encode the values a record naturally holds: numpy scalars/arrays, paths, devices, dataclasses."""
-    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy scalar or array, 0-d tensor
-        return obj.tolist()
-    if isinstance(obj, Path) or type(obj).__name__ == "device":  # a path, a torch.device
-        return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
-
-    def write(f: IO[bytes]) -> None:
-        # Streams into the temp file: an unencodable value deep inside fails after the file was
-        # opened, which is exactly the case the atomic write protects ``path`` from.
-        text = _TextSink(f)
-        json.dump(obj, text, indent=2, default=_json_default)
-        text.write("\n")
-
-    _write_atomic(path, write)
-
-
-class _TextSink:
-    """Minimal text writer over a binary file (what ``json.dump`` needs)."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self._f = f
-
-    def write(self, s: str) -> int:
-        return self._f.write(s.encode("utf-8"))
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    data = text.encode("utf-8")
-
-    def write(f: IO[bytes]) -> None:
-        f.write(data)
-
-    _write_atomic(path, write)
-
-
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
-
-    def write(f: IO[bytes]) -> None:
-        f.write(data)
-
-    _write_atomic(path, write)
-
-
-def copy_atomic(source: str | Path, path: str | Path) -> None:
-    """Copy the file ``source`` to ``path`` atomically (an artifact made in a scratch folder)."""
-
-    def write(f: IO[bytes]) -> None:
-        with open(source, "rb") as src:
-            shutil.copyfileobj(src, f, 1 << 20)
-
-    _write_atomic(path, write)
-
-
-def save_torch_atomic(path: str | Path, obj: Any) -> None:
-    """``torch.save(obj)`` to ``path`` atomically (a checkpoint is never half written)."""
-    import torch  # here, not at the top: a run directory for an external record needs no torch
-
-    _write_atomic(path, lambda f: torch.save(obj, f))
 
 
 # -- reading records ---------------------------------------------------------------------------
@@ -591,7 +383,7 @@ class SpaceReserve:
     its ``run.json``. Named like a temp file, so one left by a killed process is tidied like one."""
 
     def __init__(self, run_dir: Path, nbytes: int = RESERVE_BYTES) -> None:
-        self.path: Path | None = run_dir / f".reserve.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        self.path: Path | None = temp_path(run_dir / "reserve")
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as e:

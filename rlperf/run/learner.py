@@ -72,9 +72,10 @@ from rlperf.run.actors import (
     Plan, actor_main, layout_for, shared_qnetwork, shared_views,
 )
 from rlperf.run.checkpoint import CheckpointWriter
+from rlperf.atomic import write_json_atomic, write_text_atomic
 from rlperf.run.files import (
     CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, MetricsCSV, SpaceReserve, discard_run_dir,
-    forget_run_dir, make_run_dir, write_json_atomic, write_text_atomic,
+    forget_run_dir, make_run_dir,
 )
 from rlperf.run.janitor import Janitor
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored

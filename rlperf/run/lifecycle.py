@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from rlperf.atomic import write_json_atomic, write_text_atomic
 from rlperf.buffer import ReplayBuffer
 from rlperf.config import Config, to_toml
 from rlperf.device import is_out_of_memory, synchronize
@@ -64,7 +65,7 @@ from rlperf.run.checkpoint import (
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
 from rlperf.run.files import (
     CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, RESERVE_BYTES, MetricsCSV, SpaceReserve, check_run_name,
-    discard_run_dir, forget_run_dir, lock_run_dir, make_run_dir, read_record, write_json_atomic, write_text_atomic,
+    discard_run_dir, forget_run_dir, lock_run_dir, make_run_dir, read_record,
 )
 from rlperf.run.learner import Learner
 from rlperf.run.memory import check_run_memory, oom_message, refusing_oom
