@@ -110,21 +110,21 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
     from rlperf.config import config_from
     from rlperf.dqn import QNetwork
     from rlperf.run.shm import Segment, SeqLock, new_run_id, segment_name
-    from rlperf.env.vector import observation_shape
+    from rlperf.env.backends import env_spec
 
     torch.set_num_threads(1)
     rows = []
     for publish, check in (("state_dict", "on"), ("state_dict", "off"), ("shared", "on"), ("shared", "off")):
         cfg = config_from(cfg_name, ["run.mode=async", f"async.publish={publish}", f"async.weight_check={check}"])
-        shape = observation_shape(cfg.env.size, cfg.env.obs, cfg.env.flood_fill)
-        q = QNetwork(shape, 3, list(cfg.agent.hidden))
+        shape, n_actions = env_spec(cfg)
+        q = QNetwork(shape, n_actions, list(cfg.agent.hidden))
         shapes = tuple(tuple(p.shape) for p in q.parameters())
         layout = layout_for(cfg, shape, sum(p.numel() for p in q.parameters()))[0]
         seg = Segment(segment_name(new_run_id(), "micro"), layout, create=True)
         try:
-            plan = Plan(cfg, seg.name, layout, shape, 1, shapes, 0)
+            plan = Plan(cfg, seg.name, layout, shape, n_actions, 1, shapes, 0)
             views = shared_views(plan, seg.arrays["weights"])
-            model = shared_qnetwork(shape, list(cfg.agent.hidden), views) if publish == "state_dict" else None
+            model = shared_qnetwork(shape, n_actions, list(cfg.agent.hidden), views) if publish == "state_dict" else None
             seq = SeqLock(seg.arrays["ctrl"][CTRL_SEQ : CTRL_SEQ + 1])
 
             def publish_once(seq=seq, publish=publish, q=q, views=views, model=model) -> None:  # type: ignore[no-untyped-def]

@@ -333,7 +333,7 @@ def test_resume_onto_a_full_disk_changes_nothing(kind: str, tmp_path: Path, monk
 def test_a_record_that_cannot_be_written_leaves_nothing_or_a_resumable_run(
         case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The filesystem refuses run.json itself (gone read-only, or full despite the reserve)."""
-    import rlperf.run.lifecycle as lifecycle
+    import rlperf.run.core as core
 
     out = tmp_path / "runs"
     sets = ["--set", "train.log_every=10", "--steps", "320"]
@@ -342,14 +342,14 @@ def test_a_record_that_cannot_be_written_leaves_nothing_or_a_resumable_run(
         cfg = config_from("smoke", ["run.device=cpu", "run.threads=1", "train.log_every=10"], steps=320)
         resumed = train_run(cfg, out=out, quiet=True, dashboard=False).run_dir
         before = snapshot(resumed)
-    real = lifecycle.write_json_atomic
+    real = core.write_json_atomic
 
     def refused(path: Any, obj: Any) -> None:
         if Path(path).name == RECORD_NAME:
-            raise files_mod.disk_error(path, 4096, OSError(errno.EROFS, os.strerror(errno.EROFS)))
+            raise atomic.disk_error(path, 4096, OSError(errno.EROFS, os.strerror(errno.EROFS)))
         real(path, obj)
 
-    monkeypatch.setattr(lifecycle, "write_json_atomic", refused)
+    monkeypatch.setattr(core, "write_json_atomic", refused)
     if resumed is not None:
         argv = ["train", "--resume", str(resumed), "--steps", "640", "--quiet"]
     else:

@@ -24,6 +24,7 @@ import torch
 
 from rlperf import cli
 from rlperf.run import checkpoint as checkpoint_mod
+from rlperf.run import core as core_mod
 from rlperf.run import lifecycle as runner
 from rlperf.config import config_from
 from rlperf.errors import RlperfError
@@ -201,7 +202,7 @@ def test_sigkill_run_resumes_from_its_last_periodic_checkpoint(
 
 def test_a_second_signal_during_the_final_write_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process, deterministic: Ctrl-C at step 7, and again inside each final write."""
-    for module, name in ((checkpoint_mod, "save_torch_atomic"), (runner, "write_json_atomic")):
+    for module, name in ((checkpoint_mod, "save_torch_atomic"), (core_mod, "write_json_atomic")):
         real = getattr(module, name)
 
         def interrupted_write(path: Any, obj: Any, real: Any = real) -> None:

@@ -1,5 +1,5 @@
-"""The package's shape: no import cycles, a CLI that starts without torch, per-run measurements,
-and the regressions the linters found (issue: one run core, thin commands, lint/type gates)."""
+"""The package's shape: no import cycles at any level, no upward imports, a CLI that starts without
+torch, per-run measurements, and the regressions the linters found."""
 
 from __future__ import annotations
 
@@ -32,36 +32,32 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def module_level_imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """rlperf modules ``path`` imports when it is imported: module level, ``if``/``try`` blocks
-    included, ``if TYPE_CHECKING:`` blocks and function bodies not."""
+def all_imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """rlperf modules ``path`` imports anywhere: module level, function bodies and ``if TYPE_CHECKING:``
+    blocks alike. An import inside a function still ties the two modules together (it runs on first
+    call), and a type-only import still makes a cycle to untangle when the hint is needed at runtime."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-                found.add(base)
-                found.update(f"{base}.{a.name}" for a in node.names)
-            elif isinstance(node, ast.If):
-                test = ast.unparse(node.test)
-                if "TYPE_CHECKING" not in test:
-                    visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
-                for handler in node.handlers:
-                    visit(handler.body)
-                visit(node.orelse)
-                visit(node.finalbody)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
     return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module's rlperf imports (at any level). A package's __init__ runs before any of its
+    submodules: an edge from a submodule to its own parent package is how Python imports, not a
+    cycle the code made."""
+    mods = modules()
+    graph = {name: all_imports(path, name, set(mods)) for name, path in mods.items()}
+    return {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in graph.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -88,13 +84,30 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_import_cycles() -> None:
-    mods = modules()
-    graph = {name: module_level_imports(path, name, set(mods)) for name, path in mods.items()}
-    # A package's __init__ runs before any of its submodules: an edge from a submodule to its own
-    # parent package is how Python imports, not a cycle the code made.
-    for name in graph:
-        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    graph = import_graph()
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
+
+
+def test_imports_inside_functions_and_type_checking_blocks_count(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlperf.b import X\n"
+                      "def f():\n    from . import c\n    import rlperf.d\n")
+    known = {"rlperf.b", "rlperf.c", "rlperf.d", "rlperf.e"}
+    assert all_imports(source, "rlperf.m", known) == {"rlperf.b", "rlperf.c", "rlperf.d"}
+
+
+# What sits below run/ (DESIGN.md's layout: run -> dqn, buffer -> env -> report -> config, timers,
+# errors, and the leaves they share): none of it may import run/, at any level.
+BELOW_RUN = ("rlperf.dqn", "rlperf.buffer", "rlperf.env", "rlperf.report", "rlperf.config", "rlperf.timers",
+             "rlperf.errors", "rlperf.atomic", "rlperf.device", "rlperf.system", "rlperf.score",
+             "rlperf.instruments.profilers")
+
+
+def test_nothing_below_run_imports_run() -> None:
+    upward = sorted(f"{name} -> {dep}" for name, deps in import_graph().items()
+                    if any(name == low or name.startswith(low + ".") for low in BELOW_RUN)
+                    for dep in deps if dep == "rlperf.run" or dep.startswith("rlperf.run."))
+    assert upward == []
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

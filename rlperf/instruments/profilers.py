@@ -31,13 +31,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 from rlperf.errors import RlperfError
-
-if TYPE_CHECKING:
-    from rlperf.instruments.advisor import VerifyBase
 
 SORT_KEYS = ("cumtime", "tottime", "ncalls")
 
@@ -100,7 +97,9 @@ class ProfileOptions:
     torch: bool = False
     overhead: bool = True  # replay the first steps without instruments to measure their cost
     microbench: bool = True  # time each slow form the run has against its fast form (the advisor's savings)
-    verify: VerifyBase | None = None  # the run the compare lines repeat (default: the default config)
+    # The run the compare lines repeat (default: the default config): an rlperf.instruments.advisor.VerifyBase,
+    # typed loosely because the advisor imports this module.
+    verify: Any = None
 
     def check(self) -> None:
         """Refuse, with one line, an option that cannot apply."""

@@ -51,6 +51,7 @@ class Plan:
     segment: str
     layout: Layout
     obs_shape: tuple[int, ...]
+    n_actions: int
     ring_capacity: int
     param_shapes: tuple[tuple[int, ...], ...]
     learner_pid: int
@@ -112,7 +113,8 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
                       initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=e.kernel, copy=False)
     obs, _ = env.reset(seed=seed)
     # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
-    agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu)
+    agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu,
+                  plan.n_actions)
     agent.generator.manual_seed(seed)
     policy = PolicySync(plan, arrays, agent.q)
     writer = RingWriter(arrays, index, plan.ring_capacity, lock=plan.lock, holding=arrays["holding"][index:index + 1],
@@ -223,9 +225,9 @@ def shared_views(plan: Plan, flat: np.ndarray) -> list[torch.Tensor]:
     return views
 
 
-def shared_qnetwork(obs_shape: tuple[int, ...], hidden: list[int], views: list[torch.Tensor]) -> QNetwork:
+def shared_qnetwork(obs_shape: tuple[int, ...], n_actions: int, hidden: list[int], views: list[torch.Tensor]) -> QNetwork:
     """The ``state_dict`` publish form's shared model: a Q-network whose tensors are the shared-memory weights."""
-    model = QNetwork(obs_shape, 3, hidden)
+    model = QNetwork(obs_shape, n_actions, hidden)
     for p, view in zip(model.parameters(), views, strict=True):
         p.data = view
     return model
@@ -242,7 +244,7 @@ class PolicySync:
         self.local_params: list[torch.Tensor] = list(local.parameters())
         self.shared = shared_views(plan, arrays["weights"])
         if self.mode == "state_dict":
-            self.shared_model = shared_qnetwork(plan.obs_shape, list(plan.cfg.agent.hidden), self.shared)
+            self.shared_model = shared_qnetwork(plan.obs_shape, plan.n_actions, list(plan.cfg.agent.hidden), self.shared)
         # The largest layer: the one the weight check compares.
         self.big = max(range(len(self.shared)), key=lambda i: self.shared[i].numel())
         self.version, self.updates_at = -1, 0

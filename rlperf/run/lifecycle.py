@@ -50,33 +50,30 @@ from typing import Any
 
 import torch
 
-from rlperf.atomic import write_json_atomic, write_text_atomic
+from rlperf.atomic import write_json_atomic
 from rlperf.buffer import ReplayBuffer
-from rlperf.config import Config, to_toml
+from rlperf.config import Config
 from rlperf.device import is_out_of_memory, synchronize
 from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
 from rlperf.env.backends import build_env, env_spec
 from rlperf.errors import DiskError, RlperfError
-from rlperf.report.dashboard import Dashboard
 from rlperf.run.checkpoint import (
-    CheckpointWriter, check_run_dir, checkpoint_state, load_checkpoint, reached_stop, restore, resume_config,
-    tidy_for_resume, unrecorded_finish,
+    check_run_dir, checkpoint_state, load_checkpoint, reached_stop, restore, resume_config, tidy_for_resume,
+    unrecorded_finish,
 )
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
+from rlperf.run.core import RunCore
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, RESERVE_BYTES, MetricsCSV, SpaceReserve, check_run_name,
-    discard_run_dir, forget_run_dir, lock_run_dir, make_run_dir, read_record,
+    CHECKPOINT_NAME, RECORD_NAME, RESERVE_BYTES, check_run_name, lock_run_dir, make_run_dir, read_record,
 )
-from rlperf.run.learner import Learner
+from rlperf.run.learner import async_run
 from rlperf.run.memory import check_run_memory, oom_message, refusing_oom
-from rlperf.run.record import (
-    METRICS_FIELDS, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory,
-)
+from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, build_record, now
 from rlperf.run.signals import RunInterrupted, StopSignal, exit_code
 from rlperf.timers import PHASES, PhaseTimer
 
-__all__ = ["METRICS_FIELDS", "RESERVE_BYTES", "RunHooks", "RunInterrupted", "RunResult", "StopSignal", "resume_config",
-           "train_run"]
+__all__ = ["METRICS_FIELDS", "RESERVE_BYTES", "RunHooks", "RunInterrupted", "RunResult", "StopSignal", "exit_code",
+           "resume_config", "train_run"]
 
 
 @dataclass
@@ -122,7 +119,7 @@ def train_run(
     if cfg.run.mode == "async":
         if resume is not None:
             raise RlperfError("--resume works for run.mode=sync runs only", hint="start a new async run")
-        return Learner(cfg).run(out, name, command, quiet, dashboard, kind, stop=stop)
+        return async_run(cfg, out, name, command, dashboard and not quiet, kind, stop)
     with thread_settings_restored(), stop.installed(), contextlib.ExitStack() as held:
         return _build_and_run(cfg, out, name, command, quiet, dashboard, kind, hooks or RunHooks(), resume, stop, held)
 
@@ -175,10 +172,11 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     if run_dir is None:
         run_dir = make_run_dir(out, name, prefix=kind)  # only once everything was accepted
         held.callback(os.close, lock_run_dir(run_dir))
-    run = SyncRun(cfg=cfg, device=device, run_dir=run_dir, kind=kind, env=env, buffer=buffer, agent=agent, timer=timer,
-                  progress=progress, history=history, hooks=hooks, stop=stop,
+    core = RunCore.open(cfg=cfg, device=device, run_dir=run_dir, kind=kind, history=history, stop=stop, new_dir=new,
+                        show=show and not quiet, resumed=progress if saved is not None else None)
+    run = SyncRun(core=core, env=env, buffer=buffer, agent=agent, timer=timer, progress=progress, hooks=hooks,
                   fill_steps=fill)
-    return run.run(resumed=saved is not None, show=show and not quiet, new_dir=new)
+    return run.run(resumed=saved is not None)
 
 
 def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.device, kind: str,
@@ -209,34 +207,30 @@ def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.d
 
 @dataclass(kw_only=True)
 class SyncRun:
-    """A single-process run, from its first step to its record: the loop's callbacks (metrics rows,
-    the dashboard, periodic checkpoints, the warm-up boundary) and the ending."""
+    """The in-process loop, from its first step to its record: the loop's callbacks (metrics rows, the
+    dashboard, periodic checkpoints, the warm-up boundary) and the ending; ``core`` holds the rest."""
 
-    cfg: Config
-    device: torch.device
-    run_dir: Path
-    kind: str
+    core: RunCore
     env: Any
     buffer: ReplayBuffer
     agent: Agent
     timer: PhaseTimer
     progress: Progress
-    history: RunHistory
     hooks: RunHooks
-    stop: StopSignal
     started: float = field(default_factory=time.perf_counter)
     fill_steps: int = 0  # vector steps of the timer's warm-up that only filled the replay
     asked_at: int | None = field(default=None, init=False)  # measured steps at which the asked window was complete
 
     def done(self, p: Progress) -> bool:
         """The stop condition: the config's, or (``hooks.measure_after_fill``) counted after the warm-up."""
+        cfg = self.core.cfg
         if not self.hooks.measure_after_fill:
-            return stop_reached(self.cfg, p)
+            return stop_reached(cfg, p)
         # From the counters, not the timer: in the step's own log phase they already include it.
         measured = p.vector_steps - self.timer.warmup_steps
         if measured <= 0:
             return False
-        if self.asked_at is None and stop_reached(self.cfg, p, since=self.history.at_warmup_end):
+        if self.asked_at is None and stop_reached(cfg, p, since=self.core.history.at_warmup_end):
             self.asked_at = measured
         return self.asked_at is not None and measured >= self.hooks.min_measured_steps
 
@@ -244,151 +238,89 @@ class SyncRun:
 
     def wall_s(self) -> float:
         """Wall seconds of the whole run so far, over every resumed segment."""
-        return self.history.wall_s + (time.perf_counter() - self.started)
+        return self.core.history.wall_s + (time.perf_counter() - self.started)
 
     def window(self) -> Window | None:
         """The measured part so far (None while still in warm-up)."""
         if not self.timer.measured_steps:
             return None
-        warm, p = self.history.at_warmup_end, self.progress
+        warm, p = self.core.history.at_warmup_end, self.progress
         return Window(self.timer.measured_wall_now(), p.env_steps - warm["env_steps"], p.updates - warm["updates"],
                       p.episodes - warm["episodes"])
 
     def state(self) -> dict[str, Any]:
-        snapshot = checkpoint_state(self.cfg, self.env, self.agent, self.buffer, self.timer, self.progress, self.history)
+        core = self.core
+        snapshot = checkpoint_state(core.cfg, self.env, self.agent, self.buffer, self.timer, self.progress, core.history)
         snapshot["run"]["wall_s"] = self.wall_s()
         return snapshot
 
     def on_step(self) -> None:
-        t, p = self.cfg.train, self.progress
+        core, p = self.core, self.progress
+        t = core.cfg.train
         if self.timer.steps == self.timer.warmup_steps:
-            self.history.at_warmup_end.update(env_steps=p.env_steps, updates=p.updates, episodes=p.episodes)
+            core.history.at_warmup_end.update(env_steps=p.env_steps, updates=p.updates, episodes=p.episodes)
         if self.hooks.on_step is not None:
             self.hooks.on_step()
         if (t.checkpoint and p.vector_steps % t.log_every == 0 and p.status == "running"
-                and not self.stop() and not self.done(p) and self.checkpoints.due()):
+                and not core.stop() and not self.done(p) and core.checkpoints.due()):
             with self.timer.phase("log"):
                 if weights_finite(self.agent):
-                    self.checkpoints.write(self.state(), p)
+                    core.checkpoints.write(self.state(), p)
                 else:  # a finite mean loss can still leave the last update's weights at inf/NaN
                     p.status = "diverged"
 
     def on_log(self, p: Progress) -> None:
-        wall, window = self.wall_s(), self.window()
-        row = metrics_row(p, wall, window, self.history)
-        self.metrics.write(row)
-        if self.tb is not None:
-            for key in ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s"):
-                self.tb.add_scalar(f"rlperf/{key}", row[key], p.env_steps)
-        board = self.board
-        if board.enabled:
-            done = p.episodes if board.unit == "episodes" else p.env_steps
-            updates_rate = window.rate(window.updates) if window is not None else 0.0
-            board.update(done, {"episodes": p.episodes, "env_steps_per_s": row["env_steps_per_s"],
-                                "updates_per_s": updates_rate, "mean_score": p.mean_score, "epsilon": p.epsilon,
-                                "loss": p.last_loss}, self.timer.shares if board.live_mode or wall > 5 else None)
+        wall, board = self.wall_s(), self.core.board
+        self.core.log(p, wall, self.window(), self.timer.shares if board.live_mode or wall > 5 else None)
 
     # -- the run ---------------------------------------------------------------------------------
 
-    def run(self, resumed: bool, show: bool, new_dir: bool) -> RunResult:
-        cfg, t, p = self.cfg, self.cfg.train, self.progress
-        rss_scope = reset_peak_memory(self.device)
-        self.new_dir = new_dir
-        self.resumed_at = p.env_steps if resumed else None
-        self.reserve: SpaceReserve | None = None
-        try:
-            if resumed:  # first: it removes temp files, and the reserve is named like one
-                tidy_for_resume(self.run_dir, p.vector_steps)
-            self.reserve = SpaceReserve(self.run_dir)
-            write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
-            self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
-        except DiskError:  # before the first step: nothing of this run is kept
-            if self.reserve is not None:
-                self.reserve.release()
-            if new_dir:
-                discard_run_dir(self.run_dir)
-            raise
-        self.tb = _tensorboard(self.run_dir) if t.tensorboard else None
-        self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, p if resumed else None)
-        total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
-        self.board = Dashboard(total, unit, enabled=show)
+    def run(self, resumed: bool) -> RunResult:
+        core, p = self.core, self.progress
         status, error, failure = "completed", None, None
-        disk: DiskError | None = None
         try:
             # Inside the handler: a reset can run out of memory too (a large N on a GPU).
-            obs = self.env.observations if resumed else self.env.reset(seed=cfg.run.seed)[0]
-            with self.board, self.hooks.around_loop():
-                run_loop(cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
-                         should_stop=self.stop, on_step=self.on_step, done=self.done, run_wall=self.wall_s)
-            synchronize(self.device)
+            obs = self.env.observations if resumed else self.env.reset(seed=core.cfg.run.seed)[0]
+            with core.board, self.hooks.around_loop():
+                run_loop(core.cfg, self.env, self.agent, self.buffer, self.timer, p, obs, self.on_log,
+                         should_stop=core.stop, on_step=self.on_step, done=self.done, run_wall=self.wall_s)
+            synchronize(core.device)
             if p.status == "diverged":
                 status, error = "diverged", self._divergence_message()
-            elif self.stop() and not self.done(p):  # a signal on the last step: the run is complete
+            elif core.stop() and not self.done(p):  # a signal on the last step: the run is complete
                 status = "interrupted"
         except DiskError as exc:  # metrics.csv or a periodic checkpoint: the disk is full
-            status, error, disk = "failed", str(exc), exc
+            status, error, core.disk = "failed", str(exc), exc
         except Exception as exc:
             if is_out_of_memory(exc):
-                status, error = "failed", oom_message(exc, self.device, self.checkpoints.env_steps)
+                status, error = "failed", oom_message(exc, core.device, core.checkpoints.env_steps)
             else:  # a bug: keep the record of what was measured, then let it surface
                 status, error, failure = "failed", f"{type(exc).__name__}: {exc}", exc
         wall = self.wall_s()
-        self.metrics.close()
-        if self.tb is not None:
-            self.tb.close()
-        # Only a run that stopped at a clean step boundary is checkpointed at the end: a diverged run's
-        # weights are not saved over the last good checkpoint, and a failed step may be half done.
-        if t.checkpoint and status in ("completed", "interrupted"):
-            try:
-                self.checkpoints.write(self.state(), p)
-            except DiskError as exc:
-                status, error, disk = "failed", str(exc), exc
-        record = self.record(status, wall, rss_scope, error)
-        self._write_record(record, disk)
+        core.close_files()
+        status, error = core.final_checkpoint(status, error, self.state, p)
+        record = self.record(status, wall, error)
+        core.write_record(record, p.env_steps)
         if failure is not None:
             raise failure
-        return RunResult(self.run_dir, record, exit_code(status, self.stop.signum))
+        return core.result(record)
 
-    def _write_record(self, record: dict[str, Any], disk: DiskError | None) -> None:
-        """Write ``run.json`` with the space held back for it; a disk error (the run's, or the
-        record's own) is raised after it, as one line saying what the run directory holds."""
-        if self.reserve is not None:
-            self.reserve.release()
-        p, kept = self.progress, self.checkpoints.env_steps
-        checkpoint = (f"checkpoint.pt is from env step {kept}" if kept is not None else "there is no checkpoint")
-        try:
-            write_json_atomic(self.run_dir / RECORD_NAME, record)
-        except DiskError as exc:
-            if not self.new_dir and kept == self.resumed_at:  # no checkpoint of its own: as it was before
-                self.metrics.rollback()
-            first = disk or exc
-            if kept is None and self.new_dir:
-                discard_run_dir(self.run_dir)
-                left = f"the run stopped at env step {p.env_steps} and nothing of it was kept"
-            else:
-                left = (f"the run stopped at env step {p.env_steps} and its record could not be written: "
-                        f"{checkpoint}, continue it with rlperf train --resume {self.run_dir}")
-            raise _with_detail(first, left) from None
-        forget_run_dir(self.run_dir)
-        if disk is not None:
-            raise _with_detail(disk, f"the run stopped at env step {p.env_steps}: run.json says failed, {checkpoint}",
-                               record=record, run_dir=self.run_dir) from None
-
-    def record(self, status: str, wall: float, rss_scope: str, error: str | None) -> dict[str, Any]:
+    def record(self, status: str, wall: float, error: str | None) -> dict[str, Any]:
+        core = self.core
         timing: dict[str, Any] = {"fill_steps": self.fill_steps}
         if self.hooks.measure_after_fill:
             timing["asked_window_steps"] = self.asked_at
-        return sync_record(self.cfg, self.device, self.run_dir, self.kind, self.history, self.progress, self.timer,
-                           status, wall, rss_scope, error, self.checkpoints.describe(), self.buffer.obs_shape,
+        return sync_record(core.cfg, core.device, core.run_dir, core.kind, core.history, self.progress, self.timer,
+                           status, wall, core.rss_scope, error, core.checkpoints.describe(), self.buffer.obs_shape,
                            capacity=self.buffer.capacity, timing_extra=timing)
 
     def _divergence_message(self) -> str:
-        p, cfg = self.progress, self.cfg
+        p, cfg, kept = self.progress, self.core.cfg, self.core.checkpoints.env_steps
         what = f"mean loss became {p.last_loss}" if not math.isfinite(p.last_loss) else "Q-network weights became non-finite"
-        kept = (f"checkpoint.pt is the last good one, from env step {self.checkpoints.env_steps}"
-                if self.checkpoints.env_steps is not None else "no checkpoint was written before it")
+        kept_line = (f"checkpoint.pt is the last good one, from env step {kept}" if kept is not None
+                     else "no checkpoint was written before it")
         hint = f"try an agent.lr below {cfg.agent.lr:g}" + (", and agent.grad_clip > 0" if cfg.agent.grad_clip == 0 else "")
-        return f"{what} by env step {p.env_steps}; {kept} ({hint})"
+        return f"{what} by env step {p.env_steps}; {kept_line} ({hint})"
 
 
 def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory, p: Progress,
@@ -420,21 +352,6 @@ def score_resolution(cfg: Config, device: torch.device) -> str:
     return f"every log interval (train.log_every = {cfg.train.log_every} vector steps)"
 
 
-def _with_detail(exc: DiskError, detail: str, record: dict[str, Any] | None = None,
-                 run_dir: Path | None = None) -> DiskError:
-    """``exc`` with what the run directory holds now, still one line; the record and run directory
-    ride along for callers that keep going (a sweep)."""
-    out = DiskError(f"{exc.message}; {detail}", hint=exc.hint)
-    out.record, out.run_dir = record, run_dir  # type: ignore[attr-defined]
-    return out
-
-
 def weights_finite(agent: Agent) -> bool:
     """Whether every Q-network weight is finite (one host read)."""
     return bool(torch.stack([torch.isfinite(p).all() for p in agent.q.parameters()]).all())
-
-
-def _tensorboard(run_dir: Path) -> Any:
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir=str(run_dir / "tb"))
