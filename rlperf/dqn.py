@@ -69,7 +69,6 @@ class QNetwork(nn.Module):
 
 def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
-    _check_env_kernel(cfg, device)
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
         raise ConfigError(
@@ -96,17 +95,6 @@ def check_knobs(cfg: Config, device: torch.device) -> None:
                 "train.compile on the CPU needs a C++ compiler (none found on PATH)",
                 hint="install gcc or use train.compile=off",
             )
-
-
-def _check_env_kernel(cfg: Config, device: torch.device) -> None:
-    e = cfg.env
-    from rlperf.env.registration import ENV_ID
-
-    if e.kernel == "fused" and e.backend == "tensor" and e.id == ENV_ID:
-        from rlperf.env.vector import resolve_kernel
-
-        # Async actors step their boards on the CPU whatever the learner's device.
-        resolve_kernel(e.kernel, torch.device("cpu") if cfg.run.mode == "async" else device, e.flood_fill, e.size)
 
 
 def eps_decay_steps(cfg: Config) -> int:

@@ -122,7 +122,7 @@ def micro_weights(cfg_name: str) -> list[tuple[str, str, float]]:
         layout = layout_for(cfg, shape, sum(p.numel() for p in q.parameters()))[0]
         seg = Segment(segment_name(new_run_id(), "micro"), layout, create=True)
         try:
-            plan = Plan(cfg, seg.name, layout, shape, n_actions, 1, shapes, 0)
+            plan = Plan(cfg, "ops", seg.name, layout, shape, n_actions, 1, shapes, 0)
             views = shared_views(plan, seg.arrays["weights"])
             model = shared_qnetwork(shape, n_actions, list(cfg.agent.hidden), views) if publish == "state_dict" else None
             seq = SeqLock(seg.arrays["ctrl"][CTRL_SEQ : CTRL_SEQ + 1])

@@ -201,7 +201,7 @@ def test_auto_takes_fused_on_the_cpu_and_says_why_not_elsewhere():
     kernel, reason = resolve_kernel("auto", CPU, size=65)
     assert kernel == "ops" and "64" in reason
     env = VectorSnake(4, device="cpu")
-    assert env.kernel_info == {"kernel": "fused", "reason": env.kernel_reason}
+    assert (env.kernel, env.kernel_reason) == resolve_kernel("auto", CPU)
 
 
 @pytest.mark.parametrize(("device", "flood_fill", "match"), [

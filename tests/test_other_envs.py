@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import run_cli
 from rlperf.cli import main
 from rlperf.config import config_from
 from rlperf.env.gym_env import GymnasiumEnv, env_spaces
@@ -81,3 +82,40 @@ def test_spaces_and_shapes() -> None:
 
     assert env_spaces("CartPole-v1") == ((4,), 2) and env_spaces("MountainCar-v0") == ((2,), 3)
     assert network_shape((2, 3, 4, 5)) == (120,) and network_shape((3, 8, 8)) == (3, 8, 8)
+
+
+@pytest.mark.parametrize("sets", [
+    ["env.id=CartPole-v1", "env.kernel=fused"],
+    ["env.id=CartPole-v1", "env.kernel=ops"],
+    ["env.id=CartPole-v1", "env.flood_fill=bfs"],
+    ["env.id=CartPole-v1", "env.size=8"],
+    ["env.backend=gym-async", "env.kernel=ops"],
+    ["env.backend=gym-sync", "env.kernel=ops"],
+    ["env.backend=gym-sync", "env.kernel=fused"],
+])
+def test_an_explicit_setting_that_cannot_take_effect_is_one_line_exit_2(sets: list[str], tmp_path: Path, capsys) -> None:
+    args = [item for s in sets for item in ("--set", s)]
+    code, out, err = run_cli(["train", "--config", "smoke", "--steps", "100", "--out", str(tmp_path / "runs"), *args], capsys)
+    key = sets[1].split("=")[0]
+    assert code == 2 and out == "" and key in err and ("cannot take effect" in err or "steps single boards" in err)
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_what_another_env_does_anyway_is_accepted() -> None:
+    """A packaged config's Snake keys (default's flood_fill=tensor) and an explicit no-op are not refused."""
+    from rlperf.cli.options import RunArgs
+
+    for sets in (["env.id=CartPole-v1"], ["env.id=CartPole-v1", "env.kernel=auto", "env.flood_fill=off"],
+                 ["env.backend=gym-sync", "env.kernel=auto"]):
+        cfg = RunArgs(config="default", set_=sets).build_config()
+        assert cfg.env.flood_fill == ("tensor" if len(sets) == 1 or "gym" in sets[0] else "off")
+
+
+def test_the_env_is_resolved_once_for_the_record_and_async_actors_step_on_the_cpu() -> None:
+    from rlperf.env.plan import plan_env
+
+    snake = config_from("smoke", ["env.kernel=ops"])
+    plan = plan_env(snake, torch.device("cpu"))
+    assert (plan.kernel, plan.record()) == ("ops", {"kernel": "ops", "reason": plan.reason})
+    assert plan_env(config_from("smoke", ["run.mode=async"]), torch.device("cuda")).device == torch.device("cpu")
+    assert plan_env(config_from("smoke", ["env.id=CartPole-v1"]), torch.device("cpu")).kernel is None

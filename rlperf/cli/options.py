@@ -62,10 +62,14 @@ class RunArgs:
     def build_config(self, config: str | None = None) -> Config:
         """``config`` (default: ``--config``), then ``--set``, then the flags, validated once."""
         from rlperf.config import config_from
+        from rlperf.env.plan import refuse_inapplicable
 
-        return config_from(config if config is not None else self.config, self.set_ or [], envs=self.envs,
-                           episodes=self.episodes, steps=self.steps, train_ratio=self.train_ratio,
-                           device=self.device, seed=self.seed)
+        cfg = config_from(config if config is not None else self.config, self.set_ or [], envs=self.envs,
+                          episodes=self.episodes, steps=self.steps, train_ratio=self.train_ratio,
+                          device=self.device, seed=self.seed)
+        # A key given here is asked for: one that cannot take effect with this env is an error.
+        refuse_inapplicable(cfg, (item.split("=", 1)[0].strip() for item in self.set_ or []))
+        return cfg
 
     def run_argv(self) -> list[str]:
         """``--set`` and the flags as arguments, to repeat this run elsewhere (compare lines, children)."""

@@ -20,7 +20,8 @@ from gymnasium.vector import AutoresetMode
 from rlperf.env.gym_env import GymnasiumEnv, env_spaces
 from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.env.single import SnakeEnv
-from rlperf.env.vector import N_ACTIONS, VectorSnake, observation_shape, resolve_kernel
+from rlperf.env.plan import EnvPlan
+from rlperf.env.vector import N_ACTIONS, VectorSnake, observation_shape
 
 BACKENDS = ("tensor", "gym-sync", "gym-async")
 
@@ -42,7 +43,6 @@ class GymVectorBackend:
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self.kernel_info = planned_kernel(kind, "auto", device, env_kwargs.get("flood_fill", "off"), 0)
 
     def reset(self, *, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         obs, infos = self.envs.reset(seed=seed)
@@ -97,7 +97,7 @@ def make_env(
     ``env_id`` other than Snake's is that Gymnasium env (:class:`~rlperf.env.gym_env.GymnasiumEnv`).
 
     ``kernel`` (``env.kernel``) picks VectorSnake's step kernel; it does not apply to the Gymnasium
-    backends. Either env's ``kernel_info`` says which kernel runs and why (for the run record).
+    backends (:func:`rlperf.env.plan.plan_env` says which kernel runs and why, for the run record).
     """
     if env_id != SNAKE_ID:
         return GymnasiumEnv(env_id, backend, num_envs, device)
@@ -110,19 +110,6 @@ def make_env(
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
-def planned_kernel(
-    backend: str, kernel: str, device: torch.device, flood_fill: str, size: int, env_id: str = SNAKE_ID
-) -> dict[str, str | None]:
-    """The ``kernel_info`` an env built with these settings will have, without building one
-    (for records of runs whose envs live in other processes)."""
-    if env_id != SNAKE_ID:
-        return {"kernel": None, "reason": f"env.id={env_id} is not rlperf's Snake (env.kernel does not apply)"}
-    if backend != "tensor":
-        return {"kernel": None, "reason": f"env.backend={backend} steps single-board SnakeEnvs (env.kernel does not apply)"}
-    name, reason = resolve_kernel(kernel, device, flood_fill, size)
-    return {"kernel": name, "reason": reason}
-
-
 def env_spec(cfg: Any) -> tuple[tuple[int, ...], int]:
     """(observation shape, number of actions) of a config's env: Snake's from its keys, another
     Gymnasium env's from its spaces (a one-line ConfigError when it does not fit)."""
@@ -132,8 +119,9 @@ def env_spec(cfg: Any) -> tuple[tuple[int, ...], int]:
     return env_spaces(e.id)
 
 
-def build_env(cfg: Any, device: torch.device) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
-    """The training env of a config (:func:`make_env` with its keys)."""
+def build_env(cfg: Any, plan: EnvPlan) -> VectorSnake | GymVectorBackend | GymnasiumEnv:
+    """The training env of a config, as :func:`rlperf.env.plan.plan_env` resolved it (:func:`make_env`
+    with its keys, on the plan's device, with the plan's kernel)."""
     e = cfg.env
-    return make_env(e.backend, e.num_envs, device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                    initial_length=e.initial_length, hunger=e.hunger or None, kernel=e.kernel, env_id=e.id)
+    return make_env(plan.backend, e.num_envs, plan.device, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
+                    initial_length=e.initial_length, hunger=e.hunger or None, kernel=plan.kernel or "auto", env_id=plan.id)

@@ -623,11 +623,6 @@ class VectorSnake(VectorEnv):
         """The most recent observation batch (what the last reset/step returned)."""
         return self._obs[self._obs_index]
 
-    @property
-    def kernel_info(self) -> dict[str, str]:
-        """Which kernel runs and why, for run records and output."""
-        return {"kernel": self.kernel, "reason": self.kernel_reason}
-
     _STATE_NAMES = ("_occ", "_ring", "_head_ptr", "_length", "_head", "_dir", "_fruit", "_hungry_for",
                     "_ep_len", "_ep_score", "_ep_return")
 

@@ -148,8 +148,10 @@ def _storage_push(cfg: Config, device: torch.device, record: Mapping[str, Any]) 
 
 def _env(cfg: Config, device: torch.device, **changes: Any) -> Any:
     from rlperf.env.backends import build_env
+    from rlperf.env.plan import plan_env
 
-    env = build_env(cfg.model_copy(update={"env": cfg.env.model_copy(update=changes)}), device)
+    variant = cfg.model_copy(update={"env": cfg.env.model_copy(update=changes)})
+    env = build_env(variant, plan_env(variant, device))
     env.reset(seed=cfg.run.seed)
     return env
 

@@ -48,6 +48,7 @@ class Plan:
     """Everything an actor process needs (picklable; the lock and the wake-up semaphore travel at spawn)."""
 
     cfg: Config
+    kernel: str  # the env's step kernel, as the learner resolved it for the actors' CPU (rlperf.env.plan)
     segment: str
     layout: Layout
     obs_shape: tuple[int, ...]
@@ -110,7 +111,7 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
     torch.manual_seed(seed)
     cpu = torch.device("cpu")
     env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
-                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=e.kernel, copy=False)
+                      initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=plan.kernel, copy=False)
     obs, _ = env.reset(seed=seed)
     # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
     agent = Agent(cfg.model_copy(update={"train": t.model_copy(update={"compile": "off", "amp": "off"})}), plan.obs_shape, cpu,

@@ -17,6 +17,7 @@ import torch
 from rlperf.config import Config
 from rlperf.device import resolve_device
 from rlperf.dqn import check_knobs
+from rlperf.env.plan import EnvPlan, plan_env
 from rlperf.errors import RlperfError
 
 
@@ -36,9 +37,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _refuse(cfg: Config) -> torch.device:
-    """The device, after refusing the knobs that cannot apply on it and a missing TensorBoard."""
+def _refuse(cfg: Config) -> tuple[torch.device, EnvPlan]:
+    """The device and the env as it will run there, after refusing the knobs that cannot apply on it
+    and a missing TensorBoard."""
     device = resolve_device(cfg.run.device)
+    env = plan_env(cfg, device)
     check_knobs(cfg, device)
     if cfg.train.tensorboard:
         try:
@@ -46,7 +49,7 @@ def _refuse(cfg: Config) -> torch.device:
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
         except ImportError:
             raise RlperfError("--tensorboard needs the tensorboard package", hint="pip install 'rlperf[tb]'") from None
-    return device
+    return device, env
 
 
 def check_run(cfg: Config) -> None:
@@ -56,19 +59,20 @@ def check_run(cfg: Config) -> None:
     from rlperf.env.backends import env_spec
     from rlperf.run.memory import check_run_memory
 
-    device = _refuse(cfg)
+    device, _ = _refuse(cfg)
     obs_shape, _ = env_spec(cfg)  # an env id that does not fit is refused here
     if cfg.run.mode == "sync":
         check_run_memory(cfg, obs_shape, device)
 
 
-def prepare(cfg: Config) -> torch.device:
-    """Resolve the device, refuse knobs that cannot apply, and apply ``run.threads``."""
-    device = _refuse(cfg)
+def prepare(cfg: Config) -> tuple[torch.device, EnvPlan]:
+    """Resolve the device and the env (once per run: the env factory and the record read the plan),
+    refuse knobs that cannot apply, and apply ``run.threads``."""
+    device, env = _refuse(cfg)
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(cfg.run.threads)
-    return device
+    return device, env
 
 
 @contextlib.contextmanager

@@ -67,6 +67,7 @@ from rlperf.config import Config, config_to_dict
 from rlperf.device import MemoryRefused
 from rlperf.dqn import Agent, Progress, QNetwork, epsilon_at
 from rlperf.env.backends import env_spec
+from rlperf.env.plan import EnvPlan
 from rlperf.env.registration import ENV_ID as SNAKE_ID
 from rlperf.errors import ConfigError, DiskError
 from rlperf.run.actors import (
@@ -238,7 +239,7 @@ def async_run(cfg: Config, out: str | Path, name: str | None, command: list[str]
     cfg = usable_async_config(cfg)
     check_async(cfg)
     with thread_settings_restored(), stop.installed():
-        device = prepare(cfg)
+        device, env_plan = prepare(cfg)
         seed_everything(cfg.run.seed)
         sizing = Sizing.of(cfg)
         agent = Agent(cfg, sizing.obs_shape, device, sizing.n_actions)
@@ -255,7 +256,7 @@ def async_run(cfg: Config, out: str | Path, name: str | None, command: list[str]
         janitor.shm(segment_id)  # told first: a kill from here on still removes it
         segment = Segment(segment_id, sizing.layout, create=True)
         try:
-            learner = Learner(core, agent, sizing, segment, janitor, threads, stale_removed)
+            learner = Learner(core, env_plan, agent, sizing, segment, janitor, threads, stale_removed)
             safety_net = register_cleanup(learner.supervisor.procs, segment)
             try:
                 return learner.run()
@@ -274,10 +275,10 @@ class Learner:
     actors' episodes at each log; publish weights. Its :class:`~rlperf.run.supervisor.Supervisor` keeps
     the actors, its :class:`~rlperf.run.core.RunCore` the run directory and the record."""
 
-    def __init__(self, core: RunCore, agent: Agent, sizing: Sizing, segment: Segment, janitor: Janitor,
-                 threads: int, stale_removed: list[str]) -> None:
+    def __init__(self, core: RunCore, env_plan: EnvPlan, agent: Agent, sizing: Sizing, segment: Segment,
+                 janitor: Janitor, threads: int, stale_removed: list[str]) -> None:
         cfg, a = core.cfg, core.cfg.async_
-        self.core, self.agent, self.sizing, self.segment = core, agent, sizing, segment
+        self.core, self.env_plan, self.agent, self.sizing, self.segment = core, env_plan, agent, sizing, segment
         self.threads, self.stale_removed = threads, stale_removed
         arrays = segment.arrays
         self.ctrl, self.slots = arrays["ctrl"], arrays["slots"]
@@ -286,8 +287,8 @@ class Learner:
         self.wake = ctx.BoundedSemaphore(1) if a.wait == "event" else None
         for semaphore in filter(None, (self.lock, self.wake)):
             janitor.semaphore(semaphore._semlock.name)
-        self.plan = Plan(cfg, segment.name, sizing.layout, sizing.obs_shape, sizing.n_actions, sizing.ring_capacity,
-                         sizing.param_shapes, os.getpid(), self.lock, self.wake)
+        self.plan = Plan(cfg, env_plan.kernel or "ops", segment.name, sizing.layout, sizing.obs_shape, sizing.n_actions,
+                         sizing.ring_capacity, sizing.param_shapes, os.getpid(), self.lock, self.wake)
         self.supervisor = Supervisor(cfg, ctx, self.plan, segment, janitor, self.lock, core.stop)
         self.reader = ReplayReader(arrays, sizing.rings, sizing.ring_capacity, a.envs_per_actor, cfg.buffer.batch_size,
                                    lock=self.lock, check=self.supervisor.check, seed=cfg.run.seed,
@@ -506,7 +507,7 @@ class Learner:
                              f"checked every {CHECK_EVERY_S:g} s)",
             memory={"replay_mb": replay / 2**20, "shared_mb": sizing.layout.nbytes / 2**20,
                     "actors_peak_rss_mb": float(self.slots[:, SLOT["peak_rss_mb"]].sum())},
-            checkpoint=core.checkpoints.describe(), error=error)
+            env=self.env_plan, checkpoint=core.checkpoints.describe(), error=error)
         supervisor = self.supervisor
         record["async"] = async_section(cfg, self._metrics(t_end), self.threads, stats, {
             "restarts": sum(supervisor.restarts),

@@ -56,6 +56,7 @@ from rlperf.config import Config
 from rlperf.device import is_out_of_memory, synchronize
 from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
 from rlperf.env.backends import build_env, env_spec
+from rlperf.env.plan import EnvPlan, plan_env
 from rlperf.errors import DiskError, RlperfError
 from rlperf.run.checkpoint import (
     check_run_dir, checkpoint_state, load_checkpoint, reached_stop, restore, resume_config, tidy_for_resume,
@@ -128,7 +129,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
                    show: bool, kind: str, hooks: RunHooks, resume: str | Path | None, stop: StopSignal,
                    held: contextlib.ExitStack) -> RunResult:
     """Check, build and run; ``held`` closes the run directory's lock and the env when the run ends."""
-    device = prepare(cfg)
+    device, env_plan = prepare(cfg)
     e = cfg.env
     obs_shape, n_actions = env_spec(cfg)
     saved: dict[str, Any] | None = None
@@ -148,7 +149,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     check_run_memory(cfg, obs_shape, device)
     seed_everything(cfg.run.seed)
     with refusing_oom("the env", f"env.num_envs={e.num_envs}", "lower env.num_envs"):
-        env = build_env(cfg, device)
+        env = build_env(cfg, env_plan)
     held.callback(env.close)
     buffer = ReplayBuffer(cfg.buffer.capacity, obs_shape, device, storage=cfg.buffer.storage, push=cfg.buffer.push,
                           seed=cfg.run.seed, check_memory=False)  # checked above, with the rest of the run
@@ -174,8 +175,8 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         held.callback(os.close, lock_run_dir(run_dir))
     core = RunCore.open(cfg=cfg, device=device, run_dir=run_dir, kind=kind, history=history, stop=stop, new_dir=new,
                         show=show and not quiet, resumed=progress if saved is not None else None)
-    run = SyncRun(core=core, env=env, buffer=buffer, agent=agent, timer=timer, progress=progress, hooks=hooks,
-                  fill_steps=fill)
+    run = SyncRun(core=core, env=env, env_plan=env_plan, buffer=buffer, agent=agent, timer=timer, progress=progress,
+                  hooks=hooks, fill_steps=fill)
     return run.run(resumed=saved is not None)
 
 
@@ -197,7 +198,7 @@ def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.d
     p = progress
     checkpoint = {"file": CHECKPOINT_NAME, "env_steps": p.env_steps, "vector_steps": p.vector_steps}
     record = sync_record(cfg, device, run_dir, kind, history, p, timer, "completed", history.wall_s, "not measured",
-                         None, checkpoint, obs_shape)
+                         None, checkpoint, obs_shape, plan_env(cfg, device))
     record["memory"].update(peak_rss_mb=None, peak_cuda_mb=None)
     record["recovered"] = {"at": now(), "from": CHECKPOINT_NAME, "command": command,
                            "why": "the run was stopped after its final checkpoint, before its record was written"}
@@ -212,6 +213,7 @@ class SyncRun:
 
     core: RunCore
     env: Any
+    env_plan: EnvPlan
     buffer: ReplayBuffer
     agent: Agent
     timer: PhaseTimer
@@ -312,7 +314,7 @@ class SyncRun:
             timing["asked_window_steps"] = self.asked_at
         return sync_record(core.cfg, core.device, core.run_dir, core.kind, core.history, self.progress, self.timer,
                            status, wall, core.rss_scope, error, core.checkpoints.describe(), self.buffer.obs_shape,
-                           capacity=self.buffer.capacity, timing_extra=timing)
+                           self.env_plan, capacity=self.buffer.capacity, timing_extra=timing)
 
     def _divergence_message(self) -> str:
         p, cfg, kept = self.progress, self.core.cfg, self.core.checkpoints.env_steps
@@ -325,7 +327,7 @@ class SyncRun:
 
 def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory, p: Progress,
                 timer: PhaseTimer, status: str, wall: float, rss_scope: str, error: str | None,
-                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], capacity: int | None = None,
+                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], env_plan: EnvPlan, capacity: int | None = None,
                 timing_extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """A sync run's record from its parts (a run that just ended, or a finished run's checkpoint);
     ``timing_extra`` joins the timer's figures (the profile's fill and asked window)."""
@@ -341,7 +343,7 @@ def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, his
         phases={name: timing["phases"][name] for name in PHASES if name in timing["phases"]},
         episode_length=p.episode_steps / p.episodes if p.episodes else None, rss_scope=rss_scope,
         score_resolution=score_resolution(cfg, device),
-        memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
+        env=env_plan, memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
 
 
 def score_resolution(cfg: Config, device: torch.device) -> str:

@@ -34,6 +34,7 @@ from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_
 
 if TYPE_CHECKING:
     from rlperf.dqn import Progress
+    from rlperf.env.plan import EnvPlan
 
 METRICS_FIELDS = (
     "vector_steps", "env_steps", "episodes", "updates", "wall_s", "mean_score_100", "mean_return_100",
@@ -143,6 +144,7 @@ def build_record(
     episode_length: float | None,
     rss_scope: str,
     score_resolution: str,
+    env: EnvPlan,
     memory: Mapping[str, Any] | None = None,
     checkpoint: Mapping[str, Any] | None = None,
     error: str | None = None,
@@ -150,8 +152,8 @@ def build_record(
     """The run record. ``timing`` carries the timer's mode, warm-up steps and seconds (of which
     ``fill_steps`` only filled the replay, when the warm-up waited for it) and measured steps;
     ``window`` the measured wall time and work; ``rss_scope`` what :func:`reset_peak_memory`
-    returned at the start; ``score_resolution`` how often the time to score was checked;
-    ``memory`` extra memory figures."""
+    returned at the start; ``score_resolution`` how often the time to score was checked; ``env``
+    the env as the run resolved it (:func:`rlperf.env.plan.plan_env`); ``memory`` extra memory figures."""
     p = progress
     files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
     if checkpoint is not None:
@@ -169,7 +171,7 @@ def build_record(
         "resumed": history.resumed,
         "config": config_to_dict(cfg),
         "system": system_info(device),
-        "env": _env_kernel(cfg, device),
+        "env": env.record(),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
                    "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
@@ -205,18 +207,6 @@ def build_record(
     if error:
         record["error"] = error
     return record
-
-
-def _env_kernel(cfg: Config, device: torch.device) -> dict[str, str | None]:
-    """Which ``env.kernel`` stepped the boards, and why (async actors step theirs on the CPU)."""
-    from rlperf.env.backends import planned_kernel
-
-    e = cfg.env
-    where = torch.device("cpu") if cfg.run.mode == "async" else device
-    return planned_kernel(e.backend, e.kernel, where, e.flood_fill, e.size, e.id)
-
-
-# -- the system ---------------------------------------------------------------------------------
 
 
 def system_info(device: torch.device | str) -> dict[str, Any]:
