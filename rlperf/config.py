@@ -5,8 +5,8 @@ raw TOML table → ``--set`` overrides → flag values → one validation. Every
 key, wrong type, out-of-range value, missing or malformed file) becomes a one-line `ConfigError`
 that names the key and says what is allowed; the field descriptions below double as its hints.
 
-Configs shipped with the package live in ``rlperf/configs/`` (``default``, ``fast``, ``naive``,
-``smoke``); the repository's ``configs/`` holds byte-identical copies for ``--config configs/x.toml``.
+Configs shipped with the package live in ``rlperf/configs/`` (``classic``, ``default``, ``fast``,
+``naive``, ``smoke``); the repository's ``configs/`` holds byte-identical copies for ``--config configs/x.toml``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from rlperf.errors import ConfigError
+from rlperf.flags import RUN_FLAGS
 
 __all__ = [
     "AgentConfig",
@@ -65,7 +66,8 @@ class RunConfig(BaseModel):
 
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for the envs, the network and ε-greedy, 0 to 2**63-1")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
-    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default (docs/bottlenecks.md §14)")
+    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default "
+        "(docs/bottlenecks.md §14, rlperf explain 14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
     timing: Literal["auto", "sync", "events", "off"] = Field(
         "auto", description="phase timer mode on CUDA; auto = events on CUDA, perf_counter on CPU"
@@ -100,11 +102,11 @@ class EnvConfig(BaseModel):
     )
     flood_fill: Literal["off", "bfs", "tensor"] = Field(
         "off", description="reachable-space features: off; bfs = per-board Python BFS; tensor = batched on the device "
-        "(docs/bottlenecks.md §4)"
+        "(docs/bottlenecks.md §4, rlperf explain 4)"
     )
     backend: Literal["tensor", "gym-sync", "gym-async"] = Field(
         "tensor", description="tensor = native batched env (Snake's, or a Gymnasium env's vector entry point); gym-sync, "
-        "gym-async = gymnasium wrappers over single envs (docs/bottlenecks.md §5)"
+        "gym-async = gymnasium wrappers over single envs (docs/bottlenecks.md §5, rlperf explain 5)"
     )
     kernel: Literal["auto", "ops", "fused"] = Field(
         "auto", description="env step: ops = one tensor operator per rule; fused = one compiled per-board step "
@@ -153,13 +155,13 @@ class AgentConfig(BaseModel):
     grad_clip: float = Field(10.0, ge=0, description="max gradient norm; 0 = no clipping")
     target_update: Literal["hard", "soft"] = Field(
         "soft", description="hard = copy the weights every agent.target_every updates; soft = lerp by agent.tau "
-        "(docs/bottlenecks.md §7)"
+        "(docs/bottlenecks.md §7, rlperf explain 7)"
     )
     tau: float = Field(0.005, gt=0, le=1, description="soft target update rate, in (0, 1]")
     target_every: int = Field(500, ge=1, description="gradient updates between hard target copies")
     inference: Literal["grad", "no_grad"] = Field(
         "no_grad", description="action selection: grad = autograd records a graph; no_grad = under torch.inference_mode "
-        "(docs/bottlenecks.md §8)"
+        "(docs/bottlenecks.md §8, rlperf explain 8)"
     )
     eps_start: float = Field(1.0, ge=0, le=1, description="ε at the start, 0 to 1")
     eps_end: float = Field(0.05, ge=0, le=1, description="ε after the decay, 0 to 1")
@@ -181,10 +183,12 @@ class BufferConfig(BaseModel):
     capacity: int = Field(100_000, ge=1, description="transitions kept, at least buffer.batch_size")
     batch_size: int = Field(256, ge=1, description="transitions per gradient update")
     storage: Literal["list", "numpy", "tensor"] = Field(
-        "tensor", description="list of tuples, host numpy arrays, or tensors on the model's device (docs/bottlenecks.md §2)"
+        "tensor", description="list of tuples, host numpy arrays, or tensors on the model's device "
+            "(docs/bottlenecks.md §2, rlperf explain 2)"
     )
     push: Literal["loop", "batch"] = Field(
-        "batch", description="loop = per-board push with host copies; batch = one vectorized write (docs/bottlenecks.md §1)"
+        "batch", description="loop = per-board push with host copies; batch = one vectorized write "
+            "(docs/bottlenecks.md §1, rlperf explain 1)"
     )
 
     @model_validator(mode="after")
@@ -205,26 +209,32 @@ class TrainConfig(BaseModel):
     episodes: int = Field(0, ge=0, description="stop after this many finished episodes across boards; 0 = no limit")
     steps: int = Field(0, ge=0, description="stop after this many env transitions; 0 = no limit")
     train_ratio: float = Field(
-        1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps (docs/bottlenecks.md §3)"
+        1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps "
+            "(docs/bottlenecks.md §3, rlperf explain 3)"
     )
     learning_starts: int = Field(5_000, ge=0, description="env transitions collected before updates start")
     log_every: int = Field(
-        100, ge=1, description="vector steps between log phases; 1 = sync and log every step (docs/bottlenecks.md §9)"
+        100, ge=1, description="vector steps between log phases; 1 = sync and log every step "
+            "(docs/bottlenecks.md §9, rlperf explain 9)"
     )
-    amp: Literal["off", "bf16", "fp16"] = Field("off", description="mixed precision for the update (docs/bottlenecks.md §10)")
+    amp: Literal["off", "bf16", "fp16"] = Field("off", description="mixed precision for the update "
+        "(docs/bottlenecks.md §10, rlperf explain 10)")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune", "jit"] = Field(
-        "off", description="torch.compile mode for the network, or jit for TorchScript (docs/bottlenecks.md §11)"
+        "off", description="torch.compile mode for the network, or jit for TorchScript "
+            "(docs/bottlenecks.md §11, rlperf explain 11)"
     )
-    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step (docs/bottlenecks.md §12)")
+    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step "
+        "(docs/bottlenecks.md §12, rlperf explain 12)")
     gc: Literal["on", "off", "freeze"] = Field(
-        "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)"
+        "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13, rlperf explain 13)"
     )
     warmup_steps: int = Field(
         10, ge=0, description="vector steps from the first gradient update on, excluded from rates (so is the replay fill)"
     )
     score_targets: list[float] = Field(
         [5.0, 10.0, 20.0], max_length=16,
-        description="mean scores (last 100 episodes) whose time to reach the record reports (docs/bottlenecks.md §19)",
+        description="mean scores (last 100 episodes) whose time to reach the record reports "
+            "(docs/bottlenecks.md §19, rlperf explain 19)",
     )
     checkpoint: bool = Field(True, description="write checkpoint.pt at the end of the run")
     tensorboard: bool = Field(False, description="write TensorBoard scalars")
@@ -247,18 +257,20 @@ class AsyncConfig(BaseModel):
     buffer: Literal["locked", "lockfree"] = Field(
         "lockfree",
         description="locked = one lock over add and sample; lockfree = per-actor single-writer rings "
-        "(docs/bottlenecks.md §15)",
+        "(docs/bottlenecks.md §15, rlperf explain 15)",
     )
     wait: Literal["sleep", "event"] = Field(
         "event",
-        description="how the learner waits for data: sleep = poll; event = block on an event (docs/bottlenecks.md §16)",
+        description="how the learner waits for data: sleep = poll; event = block on an event "
+            "(docs/bottlenecks.md §16, rlperf explain 16)",
     )
     weight_check: Literal["on", "off"] = Field(
-        "off", description="clone and compare the weights on every sync (docs/bottlenecks.md §17)"
+        "off", description="clone and compare the weights on every sync (docs/bottlenecks.md §17, rlperf explain 17)"
     )
     publish: Literal["state_dict", "shared"] = Field(
         "shared",
-        description="weights to actors as a CPU state dict or through versioned shared tensors (docs/bottlenecks.md §18)",
+        description="weights to actors as a CPU state dict or through versioned shared tensors "
+            "(docs/bottlenecks.md §18, rlperf explain 18)",
     )
     publish_every: int = Field(10, ge=1, description="learner updates between weight publications")
     restart_actors: bool = Field(False, description="restart an actor that dies instead of ending the run")
@@ -296,14 +308,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 _REPLACES = {"agent.eps_decay_steps": ("agent.eps_decay_fraction", 0.0)}
 
 # Flag name → the key it sets.
-_FLAGS = {
-    "envs": "env.num_envs",
-    "episodes": "train.episodes",
-    "steps": "train.steps",
-    "train_ratio": "train.train_ratio",
-    "device": "run.device",
-    "seed": "run.seed",
-}
+_FLAGS = {flag.name: flag.key for flag in RUN_FLAGS}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlperf import cli
+from conftest import run_cli as run_main
 from rlperf.config import config_from
 from rlperf.atomic import write_json_atomic
 from rlperf.run.lifecycle import train_run
@@ -99,12 +99,6 @@ TRAIN_CASES = [
 if not torch.cuda.is_available():
     TRAIN_CASES.append(Case("cuda-without-cuda", ("--device", "cuda"), ("cuda", "--device cpu")))
 
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(argv)
-    out, err = capsys.readouterr()
-    return int(exc.value.code), out, err
 
 
 def assert_one_line_error(code: int, out: str, err: str, names: tuple[str, ...]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlperf.cli import main
+from conftest import run_cli
 from rlperf.experiments.compare import Side, compare, compare_table
 from rlperf.report.units import format_number, pick_unit
 from rlperf.run.files import read_record
@@ -69,12 +69,6 @@ def text_row(text: str, first: str) -> list[str]:
             return cells
     raise AssertionError(f"no row {first!r} in:\n{text}")
 
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 # -- the comparison as data and as a table -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Faults a long run meets (issue 18): full disks, signals in every command, damaged state, hung actors.
+"""Faults a long run meets: full disks, signals in every command, damaged state, hung actors.
 
 The fault-injection suite. Every case injects one fault and asserts what a user sees and what is
 left on disk:
@@ -41,7 +41,8 @@ import psutil
 import pytest
 import torch
 
-from rlperf import atomic, cli
+from conftest import run_cli as run_main
+from rlperf import atomic
 from rlperf.config import config_from
 from rlperf.run import files as files_mod
 from rlperf.run.checkpoint import check_digest, state_digest, with_digest
@@ -55,12 +56,6 @@ BASE = ["-c", "smoke", "--set", "run.device=cpu", "--set", "run.threads=1"]
 
 # -- what every case checks ----------------------------------------------------------------------
 
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(argv)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def one_line(err: str, *names: str) -> str:
@@ -473,7 +468,7 @@ def test_a_flipped_bit_in_the_checkpoint_is_refused_or_harmless(
 
 
 def test_zeroed_bytes_inside_a_tensor_are_refused(finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The issue's case: 8 zeroed bytes inside a tensor still unpickle; the digest catches them."""
+    """8 zeroed bytes inside a tensor still unpickle; the digest catches them."""
     run_dir = copy_run(finished, tmp_path)
     path = run_dir / "checkpoint.pt"
     offset, size = max(tensor_spans(path), key=lambda span: span[1])
@@ -613,7 +608,7 @@ class Outcome:
 
 def schedule() -> list[Scenario]:
     """Each command gets SIGINT at one point and SIGTERM at the other (which is which, the target
-    and the delays are drawn from SEED); py-spy also gets the issue's three ways explicitly."""
+    and the delays are drawn from SEED); py-spy also gets the three ways of stopping it explicitly."""
     rng = random.Random(SEED)
     plan = []
     for command in COMMANDS:
@@ -623,7 +618,7 @@ def schedule() -> list[Scenario]:
         if command != "profile-pyspy":
             plan.append(Scenario(command, "running", kinds[1], rng.random() < 0.5, rng.uniform(0.0, 0.05),
                                  rng.randint(1, 4)))
-    # py-spy: the issue's three ways (Ctrl-C to the group, SIGTERM or SIGINT to rlperf alone).
+    # py-spy: three ways of stopping it (Ctrl-C to the group, SIGTERM or SIGINT to rlperf alone).
     plan += [Scenario("profile-pyspy", "running", s, g, rng.uniform(0.0, 0.05), rng.randint(1, 4))
              for s, g in ((signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGINT, False))]
     return plan
@@ -924,7 +919,7 @@ def test_a_signal_stops_a_ray_sweep_with_its_trials_recorded(signum: int, ray_si
     assert not left, f"processes left behind: {[psutil.Process(p).cmdline() for p in left if _running(p)]}"
 
 
-# -- the rest of the issue's defects, one test each --------------------------------------------------
+# -- other defects a long run met, one test each -----------------------------------------------------
 
 TINY = [*BASE, "--steps", "256", "--set", "train.learning_starts=64", "--set", "train.checkpoint=false",
         "--set", "train.log_every=8", "--quiet"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlperf.cli import main
+from conftest import run_cli
 from rlperf.errors import RlperfError
 from rlperf.experiments import gate
 
@@ -51,12 +51,6 @@ def write_record(folder: Path, name: str, us_per_env_step: float, kind: str = "t
     (run_dir / "run.json").write_text(json.dumps(record))
     return run_dir
 
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 # -- the statistics -------------------------------------------------------------------------------

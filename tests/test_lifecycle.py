@@ -1,4 +1,4 @@
-"""A run survives Ctrl-C, SIGTERM, SIGKILL, a diverging learner and an out-of-memory (issue #4).
+"""A run survives Ctrl-C, SIGTERM, SIGKILL, a diverging learner and an out-of-memory.
 
 The signal tests use real subprocesses and real signals; the resume tests compare an interrupted
 and resumed run with an uninterrupted one, row by row and weight by weight (exact on the CPU).

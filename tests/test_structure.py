@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import time
@@ -217,3 +218,74 @@ def test_record_says_its_rss_scope(tmp_path: Path) -> None:
     expected = "run" if Path("/proc/self/clear_refs").exists() else "process"
     assert record["memory"]["rss_scope"] == expected
     json.dumps(record)
+
+
+def _prose(path: Path) -> str:
+    """A module's docstrings and comments: the text that names other code for a reader."""
+    import io
+    import tokenize
+
+    source = path.read_text(encoding="utf-8")
+    nodes = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)]
+    docs = [ast.get_docstring(n) or "" for n in nodes]
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    return "\n".join(docs + comments)
+
+
+def _resolves(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        return all((obj := getattr(obj, attr, None)) is not None for attr in parts[i:])
+    return False
+
+
+def test_docstrings_and_comments_name_code_that_exists() -> None:
+    named = re.compile(r"(?<![\w/.])rlperf(?:\.[A-Za-z_]\w*)+")
+    stale = sorted({f"{path.relative_to(PACKAGE.parent)}: {m.group(0)}" for path in modules().values()
+                    for m in named.finditer(_prose(path)) if not _resolves(m.group(0))})
+    assert stale == []
+
+
+def test_the_shared_run_flags_are_declared_once() -> None:
+    from dataclasses import fields
+
+    from rlperf.cli.options import _OPTIONS, RunArgs
+    from rlperf.config import _FLAGS
+    from rlperf.flags import RUN_FLAGS
+
+    names = [f.name for f in RUN_FLAGS]
+    assert _FLAGS == {f.name: f.key for f in RUN_FLAGS}
+    assert [n for n in _OPTIONS if n in names] == names and {f.name for f in fields(RunArgs)} >= set(names)
+    args = RunArgs(train_ratio=0.25, seed=3)
+    assert args.run_argv() == ["--train-ratio", "0.25", "--seed", "3"] and args.given
+    assert args.build_config("smoke").train.train_ratio == 0.25
+
+
+def _self_attributes(fn: ast.FunctionDef) -> set[str]:
+    """The ``self.x`` a method assigns."""
+    targets = [t for node in ast.walk(fn) for t in (node.targets if isinstance(node, ast.Assign) else
+               [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])]
+    return {e.attr for target in targets for e in ast.walk(target)
+            if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"}
+
+
+def test_run_classes_set_their_attributes_in_init_or_declare_them() -> None:
+    """In rlperf/run/ (the run core, the learner, its supervisor) every attribute a method sets is
+    set in ``__init__`` or declared on the class (a dataclass field): a reader finds a run's state in
+    one place. Subclasses of library classes are left out (their attributes are the library's)."""
+    late = []
+    for path in sorted((PACKAGE / "run").glob("*.py")):
+        for cls in (n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)):
+            if any(not isinstance(b, ast.Name) or b.id not in ("RuntimeError", "object") for b in cls.bases):
+                continue
+            methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+            declared = {s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+            declared |= set().union(*(_self_attributes(f) for f in methods if f.name == "__init__"))
+            late += [f"{path.name}: {cls.name}.{a} in {f.name}" for f in methods for a in _self_attributes(f) - declared]
+    assert late == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import rlperf.run.lifecycle
-from rlperf.cli import main
+from conftest import run_cli
 from rlperf.report.units import format_number, pick_unit
 from rlperf.config import config_from
 from rlperf.errors import ConfigError
@@ -31,12 +31,6 @@ def tiny_config():
     return config_from("smoke", ["train.learning_starts=64", "train.checkpoint=false", "run.threads=1",
                                  "train.log_every=8"], steps=256, device="cpu")
 
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def table_row(text: str, first_cells: list[str]) -> list[str]:

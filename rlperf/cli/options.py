@@ -17,23 +17,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rlperf.flags import RUN_FLAGS
+
 if TYPE_CHECKING:
     from rlperf.config import Config
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     # name: (annotation, default); the name is also RunArgs' field.
     "config": (Annotated[str | None, typer.Option(
-        "--config", "-c", help="TOML config file, or a packaged name (default, fast, naive, smoke).")], None),
+        "--config", "-c", help="TOML config file, or a packaged name (classic, default, fast, naive, smoke).")], None),
     "set_": (Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="Override any key: --set buffer.push=loop (repeatable).")], None),
-    "envs": (Annotated[int | None, typer.Option("--envs", help="Boards stepped at once (env.num_envs).")], None),
-    "episodes": (Annotated[int | None, typer.Option(
-        "--episodes", help="Stop after N finished episodes across all boards.")], None),
-    "steps": (Annotated[int | None, typer.Option("--steps", help="Stop after N env transitions.")], None),
-    "train_ratio": (Annotated[float | None, typer.Option(
-        "--train-ratio", help="Gradient updates per vector step (0.25 = one every 4).")], None),
-    "device": (Annotated[str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")], None),
-    "seed": (Annotated[int | None, typer.Option("--seed", help="Random seed (run.seed).")], None),
+    **{f.name: (Annotated[f.type | None, typer.Option(f.option, help=f.help)], None) for f in RUN_FLAGS},
     "out": (Annotated[Path, typer.Option("--out", help="Directory for run directories.")], Path("runs")),
     "name": (Annotated[str | None, typer.Option(
         "--name", help="Run name (the directory gets a timestamp suffix).")], None),
@@ -44,7 +39,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 
 @dataclass
 class RunArgs:
-    """The shared options as given on the command line (None where not given)."""
+    """The shared options as given on the command line (None where not given); the six flags'
+    fields are :data:`rlperf.flags.RUN_FLAGS`, by name."""
 
     config: str | None = None
     set_: list[str] | None = None
@@ -64,9 +60,7 @@ class RunArgs:
         from rlperf.config import config_from
         from rlperf.env.plan import refuse_inapplicable
 
-        cfg = config_from(config if config is not None else self.config, self.set_ or [], envs=self.envs,
-                          episodes=self.episodes, steps=self.steps, train_ratio=self.train_ratio,
-                          device=self.device, seed=self.seed)
+        cfg = config_from(config if config is not None else self.config, self.set_ or [], **self.flags())
         # A key given here is asked for: one that cannot take effect with this env is an error.
         refuse_inapplicable(cfg, (item.split("=", 1)[0].strip() for item in self.set_ or []))
         return cfg
@@ -76,17 +70,20 @@ class RunArgs:
         args: list[str] = []
         for item in self.set_ or []:
             args += ["--set", item]
-        for flag, value in (("--envs", self.envs), ("--episodes", self.episodes), ("--steps", self.steps),
-                            ("--train-ratio", self.train_ratio), ("--device", self.device), ("--seed", self.seed)):
+        for flag in RUN_FLAGS:
+            value = getattr(self, flag.name)
             if value is not None:
-                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+                args += [flag.option, f"{value:g}" if isinstance(value, float) else str(value)]
         return args
+
+    def flags(self) -> dict[str, Any]:
+        """The six run flags as ``config_from`` keywords (None where not given)."""
+        return {flag.name: getattr(self, flag.name) for flag in RUN_FLAGS}
 
     @property
     def given(self) -> bool:
         """Whether any option that changes what a config runs was given."""
-        return any(v not in (None, []) for v in (self.set_, self.envs, self.episodes, self.steps, self.train_ratio,
-                                                  self.device, self.seed))
+        return bool(self.set_) or any(v is not None for v in self.flags().values())
 
 
 def run_options(exclude: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -35,8 +35,7 @@ def train(
             raise RlperfError("--config cannot be combined with --resume", hint=f"a resume uses {resume}/config.toml")
         if run.name is not None:
             raise RlperfError("--name cannot be combined with --resume", hint="a resume continues in RUN_DIR")
-        cfg = resume_config(resume, run.set_, envs=run.envs, episodes=run.episodes, steps=run.steps,
-                            train_ratio=run.train_ratio, device=run.device, seed=run.seed)
+        cfg = resume_config(resume, run.set_, **run.flags())
     else:
         cfg = run.build_config()
     if tensorboard:

@@ -1,7 +1,7 @@
 """The ``env.backend`` knob: the native batched env, or Gymnasium's vector wrappers over single boards.
 
-``tensor`` is :class:`rlperf.snake.VectorSnake`. ``gym-sync`` and ``gym-async`` run N copies of the
-single-board :class:`rlperf.single_snake.SnakeEnv` under ``gymnasium.vector.SyncVectorEnv`` /
+``tensor`` is :class:`rlperf.env.vector.VectorSnake`. ``gym-sync`` and ``gym-async`` run N copies of
+the single-board :class:`rlperf.env.single.SnakeEnv` under ``gymnasium.vector.SyncVectorEnv`` /
 ``AsyncVectorEnv`` and convert their NumPy batches to tensors on the trainer's device every step:
 that is the usual way to vectorize, and what native batching is measured against (docs/bottlenecks.md §5).
 All three present the same interface to the trainer (tensors in, tensors out, same-step autoreset,

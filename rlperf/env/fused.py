@@ -42,23 +42,11 @@ counting (``_nrt=False``, as numba compiles its own sort and string helpers); th
 are inlined into the per-chunk loop, the rare or large ones (reset, fruit, flood fill) are calls.
 A cold compile takes seconds to tens of seconds (BENCHMARKS.md); later processes load the cache.
 
-The CUDA build (the GPU work's, to be built and tested there): every function above the driver is
-scalar code -- no allocation, no Python objects, no array views, only loops, integer arithmetic,
-module constants and indexing into whole arrays -- the subset numba-cuda compiles for a device.
-numba compiles ``njit`` functions called from a ``numba.cuda.jit`` kernel again for the device from
-their Python source, so the CUDA build is a kernel of a few lines, one thread per board, with one
-scratch set per board and the action check moved to a device flag::
-
-    @cuda.jit
-    def step_kernel(actions, draws, injected, key, counter, out, occ, ring, state, floats, flags, obs,
-                    table, scratch, size, initial_length, hunger, grid, flood):
-        i = cuda.grid(1)
-        if i < state.shape[1]:
-            step_board(i, actions[i], draws, injected, key, counter, out, occ, ring, state, floats,
-                       flags, obs, table, scratch, i, size, initial_length, hunger, grid, flood)
-
-On the CPU, ``step_boards`` instead gives each thread chunks of ``CHUNK`` boards and one scratch
-set per chunk.
+The kernel runs on the CPU only: ``step_boards`` gives each thread chunks of ``CHUNK`` boards and
+one scratch set per chunk. There is no CUDA build; on a GPU, ``env.kernel=auto`` runs the ``ops``
+kernel and an explicit ``fused`` is refused (:func:`rlperf.env.vector.resolve_kernel`). The board
+functions are scalar code (no allocation, no Python objects, only loops, integer arithmetic and
+indexing into whole arrays), which is what a device build would need.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Snake on one board: a plain ``gymnasium.Env`` in Python and numpy.
 
-This is the single-board twin of the batched ``rlperf.snake.VectorSnake``: the same rules, the same
+This is the single-board twin of the batched :class:`rlperf.env.vector.VectorSnake`: the same rules, the same
 observations, stepped one board at a time on the host. It exists for Gymnasium interop
 (``gymnasium.make("rlperf/Snake-v0")``, ``check_env``, Stable-Baselines3) and as the slow form of
 the ``env.backend`` knob (``gym-sync`` / ``gym-async`` vector wrappers over it, docs/bottlenecks.md §5).

@@ -1,6 +1,6 @@
 """Snake, batched: N boards stepped at once from preallocated tensors on one device.
 
-Rules (shared with the single-board :class:`rlperf.single_snake.SnakeEnv`):
+Rules (shared with the single-board :class:`rlperf.env.single.SnakeEnv`):
 
 - A ``size`` x ``size`` board, walls around; cells are ``(row, col)`` with row 0 at the top and
   linear index ``row * size + col``. Absolute directions: 0 up, 1 right, 2 down, 3 left.

@@ -7,7 +7,7 @@ per trial, ``sweep.json`` (every trial, read back from its record, and the per-p
 
 - ``local``: one trial at a time in this process, so that no trial's timings are polluted by
   another's.
-- ``ray``: trials as Ray Tune trials (a function trainable calling :func:`rlperf.runner.train_run`)
+- ``ray``: trials as Ray Tune trials (a function trainable calling :func:`rlperf.run.lifecycle.train_run`)
   on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
   cluster cannot meet is refused before anything starts.
 

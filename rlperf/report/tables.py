@@ -138,7 +138,7 @@ def episode_growth_line(record: Mapping[str, Any]) -> str | None:
     split = episode_split(record.get("intervals") or [], start_env_steps=training_start(record))
     if split is None or split["growth"]["s_per_episode"] < GROWTH_NOTED:
         return None
-    return growth_text(split) + " (docs/bottlenecks.md §19)"
+    return growth_text(split) + " (docs/bottlenecks.md §19, rlperf explain 19)"
 
 
 def growth_text(split: Mapping[str, Any]) -> str:
