@@ -73,12 +73,12 @@ from rlperf.run.actors import (
 )
 from rlperf.run.checkpoint import CheckpointWriter
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, MetricsCSV, SpaceReserve, discard_run_dir,
+    CHECKPOINT_NAME, CONFIG_NAME, RECORD_NAME, SCHEMA, SpaceReserve, discard_run_dir,
     forget_run_dir, make_run_dir, write_json_atomic, write_text_atomic,
 )
 from rlperf.run.janitor import Janitor
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
-from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory
+from rlperf.run.record import MetricsLog, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory
 from rlperf.run.shm import ReplayLockTimeout, ReplayReader, Segment, SeqLock, cleanup_stale, new_run_id, \
     segment_name, shm_free_bytes
 from rlperf.run.signals import StopSignal, exit_code
@@ -406,7 +406,7 @@ class Learner:
         try:
             self.reserve = SpaceReserve(self.run_dir)
             write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(self.cfg))
-            self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+            self.metrics = MetricsLog(self.run_dir, tensorboard=self.cfg.train.tensorboard)
         except DiskError:
             if self.reserve is not None:
                 self.reserve.release()
@@ -596,7 +596,8 @@ class Learner:
                 finite = math.isfinite(p.last_loss)
             now_s = time.perf_counter()
             window = self._window(now_s) if self.window_start is not None else None
-            row = metrics_row(p, now_s - self.t_start, window, self.history)
+            # The learner's phases, and its waiting for data: what its interval was spent on.
+            row = metrics_row(p, now_s - self.t_start, window, self.history, {**self.timer.totals(), "wait": self.wait_s})
             self.metrics.write(row)
             if self.board.enabled:
                 done = p.episodes if self.board.unit == "episodes" else p.env_steps

@@ -63,13 +63,13 @@ from rlperf.run.checkpoint import (
 )
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, RESERVE_BYTES, MetricsCSV, SpaceReserve, check_run_name,
+    CHECKPOINT_NAME, CONFIG_NAME, RECORD_NAME, RESERVE_BYTES, SpaceReserve, check_run_name,
     discard_run_dir, forget_run_dir, lock_run_dir, make_run_dir, read_record, write_json_atomic, write_text_atomic,
 )
 from rlperf.run.learner import Learner
 from rlperf.run.memory import check_run_memory, oom_message, refusing_oom
 from rlperf.run.record import (
-    METRICS_FIELDS, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory,
+    METRICS_FIELDS, MetricsLog, RunHistory, Window, build_record, metrics_row, now, reset_peak_memory,
 )
 from rlperf.run.signals import RunInterrupted, StopSignal, exit_code
 from rlperf.timers import PHASES, PhaseTimer
@@ -274,11 +274,8 @@ class SyncRun:
 
     def on_log(self, p: Progress) -> None:
         wall, window = self.wall_s(), self.window()
-        row = metrics_row(p, wall, window, self.history)
+        row = metrics_row(p, wall, window, self.history, self.timer.totals())
         self.metrics.write(row)
-        if self.tb is not None:
-            for key in ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s"):
-                self.tb.add_scalar(f"rlperf/{key}", row[key], p.env_steps)
         board = self.board
         if board.enabled:
             done = p.episodes if board.unit == "episodes" else p.env_steps
@@ -300,14 +297,13 @@ class SyncRun:
                 tidy_for_resume(self.run_dir, p.vector_steps)
             self.reserve = SpaceReserve(self.run_dir)
             write_text_atomic(self.run_dir / CONFIG_NAME, to_toml(cfg))
-            self.metrics = MetricsCSV(self.run_dir / METRICS_NAME, METRICS_FIELDS)
+            self.metrics = MetricsLog(self.run_dir, tensorboard=t.tensorboard)
         except DiskError:  # before the first step: nothing of this run is kept
             if self.reserve is not None:
                 self.reserve.release()
             if new_dir:
                 discard_run_dir(self.run_dir)
             raise
-        self.tb = _tensorboard(self.run_dir) if t.tensorboard else None
         self.checkpoints = CheckpointWriter(self.run_dir / CHECKPOINT_NAME, p if resumed else None)
         total, unit = (t.episodes, "episodes") if t.episodes > 0 else (t.steps, "env steps")
         self.board = Dashboard(total, unit, enabled=show)
@@ -333,8 +329,6 @@ class SyncRun:
                 status, error, failure = "failed", f"{type(exc).__name__}: {exc}", exc
         wall = self.wall_s()
         self.metrics.close()
-        if self.tb is not None:
-            self.tb.close()
         # Only a run that stopped at a clean step boundary is checkpointed at the end: a diverged run's
         # weights are not saved over the last good checkpoint, and a failed step may be half done.
         if t.checkpoint and status in ("completed", "interrupted"):
@@ -432,8 +426,3 @@ def weights_finite(agent: Agent) -> bool:
     """Whether every Q-network weight is finite (one host read)."""
     return bool(torch.stack([torch.isfinite(p).all() for p in agent.q.parameters()]).all())
 
-
-def _tensorboard(run_dir: Path) -> Any:
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir=str(run_dir / "tb"))
