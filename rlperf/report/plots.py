@@ -375,6 +375,7 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     per_record = [[phase_time_per_env_step(r) for r in records] for _, records in sides]
     names = _phase_order(list(dict.fromkeys(n for side in per_record for r in side for n in r)))
     bottoms = [0.0] * len(sides)
+    top = 0.0
     for name in names:
         heights = [1e6 * _median([r.get(name, 0.0) for r in side]) for side in per_record]
         phase_ax.bar(x, heights, bottom=bottoms, color=phase_color(name, names), label=name, width=0.6)
@@ -383,6 +384,7 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
         totals = summarize([1e6 * sum(r.values()) for r in side if r])
         if totals is None:
             continue
+        top = max(top, totals.hi, bottoms[i])
         if totals.n > 1:
             _range_bar(phase_ax, i, totals.lo, totals.hi)
         phase_ax.annotate(f"{bottoms[i]:.3g} µs" + (f" (n={totals.n})" if totals.n > 1 else ""), (i, totals.hi),
@@ -392,7 +394,7 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     phase_ax.set_title("time per env step by phase (median of the repeats; bar: min–max of the total)",
                        fontsize="medium")
     phase_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="phase")
-    phase_ax.set_ylim(0, max(bottoms, default=1.0) * 1.2 or 1.0)
+    phase_ax.set_ylim(0, top * 1.15 or 1.0)  # room for the whiskers and their labels
 
     rates = [[(r.get("throughput") or {}).get("env_steps_per_s") for r in records] for _, records in sides]
     _bars_with_points(rate_ax, x, rates, "#55a868")
