@@ -115,7 +115,7 @@ class _Phase:
     and hands out the right one from ``phase()``: the hot path never asks whether it is warm.
     """
 
-    __slots__ = ("_buf", "_n", "_t0", "_timer", "name")
+    __slots__ = ("_buf", "_n", "_sum", "_sum_n", "_t0", "_timer", "name")
 
     def __init__(self, name: str, timer: PhaseTimer) -> None:
         self.name = name
@@ -123,6 +123,7 @@ class _Phase:
         self._t0 = 0.0
         self._buf = np.empty(_INITIAL_CAPACITY, dtype=np.float64)
         self._n = 0
+        self._sum, self._sum_n = 0.0, 0  # total() so far, over the first _sum_n samples
 
     def __enter__(self) -> _Phase:
         self._t0 = perf_counter()
@@ -157,11 +158,21 @@ class _Phase:
         """The recorded durations in seconds (a view; copy before keeping it)."""
         return self._buf[: self._n]
 
+    def total(self) -> float:
+        """The sum of the samples, adding only those recorded since the last call (read at every log
+        row, so it must not cost O(samples))."""
+        n = self._n
+        if n != self._sum_n:
+            self._sum += float(self._buf[self._sum_n:n].sum())
+            self._sum_n = n
+        return self._sum
+
     def _load(self, samples: np.ndarray) -> None:
         n = samples.shape[0]
         self._buf = np.empty(max(_INITIAL_CAPACITY, 1 << max(n - 1, 0).bit_length()), dtype=np.float64)
         self._buf[:n] = samples
         self._n = n
+        self._sum, self._sum_n = 0.0, 0
 
 
 class _SyncPhase(_Phase):
@@ -394,6 +405,14 @@ class PhaseTimer:
         totals = {name: float(p.samples.sum()) for name, p in self._timed(self._measured).items()}
         grand = sum(totals.values())
         return {name: (t / grand if grand > 0 else 0.0) for name, t in totals.items()}
+
+    def totals(self) -> dict[str, float]:
+        """Seconds spent in each phase since the run started, warm-up included, in loop order: the
+        cumulative figures whose differences between two log rows are that interval's phase times.
+        Costs only the samples recorded since the last call."""
+        self.flush()
+        warm = self._timed(self._warmup)
+        return {name: p.total() + warm[name].total() for name, p in self._timed(self._measured).items()}
 
     def stats(self) -> dict[str, PhaseStats]:
         """Per-phase statistics excluding warm-up, in loop order (empty when disabled)."""

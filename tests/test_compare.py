@@ -198,7 +198,8 @@ def test_configs_are_run_and_compared(configs: tuple[Path, Path], tmp_path: Path
     c = json.loads(out)
     assert [r["label"] for r in c["runs"]] == ["slow", "quick"]
     (folder,) = out_dir.iterdir()
-    assert folder.name.startswith("compare-") and len(list(folder.iterdir())) == 2
+    assert folder.name.startswith("compare-") and len([p for p in folder.iterdir() if p.is_dir()]) == 2
+    assert (folder / "compare.png").is_file()  # the figure beside the runs it draws
     records = [read_record(r["run_dirs"][0]) for r in c["runs"]]
     assert [r["config"]["train"]["train_ratio"] for r in records] == [2.0, 0.5]
     rate = row(c, "env_steps_per_s")

@@ -30,12 +30,13 @@ from rlperf.config import config_from
 from rlperf.errors import RlperfError
 from rlperf.run.files import read_record
 from rlperf.run.lifecycle import RunHooks, train_run
+from rlperf.run.record import PHASE_COLUMNS
 
 # A smoke-sized run long enough to be interrupted mid-learning: 250 vector steps, a log row every 10.
 STEPS = 4000
 RUN_ARGS = ["-c", "smoke", "--steps", str(STEPS), "--quiet", "--set", "train.log_every=10",
             "--set", "run.threads=1", "--set", "run.device=cpu"]
-WALL_CLOCK_COLUMNS = ("wall_s", "env_steps_per_s")
+WALL_CLOCK_COLUMNS = ("wall_s", "env_steps_per_s", *PHASE_COLUMNS)
 
 
 def cli_main(argv: list[str]) -> int:

@@ -49,7 +49,7 @@ def test_run_directory_holds_record_metrics_config_and_checkpoint(json_run: tupl
     code, _, run_dir = json_run
     assert code == 0
     assert run_dir.name.startswith("t-")
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "run.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.csv", "run.json", "run.png"]
 
 
 def test_json_prints_the_record_and_nothing_else(json_run: tuple[int, str, Path]) -> None:

@@ -75,6 +75,7 @@ def compare(
         sides, interrupted = run_sources(sources, repeats, out=run.out, name=run.name, command=sys.argv,
                                          on_run=progress.on_run if progress else None, stop=stop)
     code = stop.exit_code if interrupted else 0
+    ran = [r for s, side in zip(sources, sides, strict=True) if s.config is not None for r in side.records]
     sides = [s for s in sides if s.records]
     if len(sides) < 2:
         with rendering():
@@ -93,6 +94,10 @@ def compare(
                 print(f"warning: {warning}", file=sys.stderr)
         if interrupted:
             print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
+        if run.plot:
+            from rlperf.cli.figures import draw_comparison
+
+            draw_comparison([(s.label, s.records) for s in sides], ran, run.out, run.name, quiet=run.quiet)
     raise typer.Exit(code)
 
 
@@ -157,4 +162,11 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
             print(gate.verdict_line(result))
             for warning in comparison["warnings"]:
                 print(f"warning: {warning}", file=sys.stderr)
+        if run.plot:
+            from rlperf.cli.figures import draw_comparison
+
+            ran = [r for s, side in ((baseline[0], base), (candidate[0], cand)) if s.config is not None
+                   for r in side.records]
+            draw_comparison([(base.label, base.records), (cand.label, cand.records)], ran, run.out, run.name,
+                            prefix="gate", quiet=run.quiet, gate=result, gate_samples=(b, c))
     raise typer.Exit(result["exit_code"])

@@ -1,7 +1,7 @@
 """The run options every command shares, declared once.
 
 ``train``, ``profile``, ``sweep`` and ``compare`` all take ``--config``, ``--set``, the common
-flags, ``--out``, ``--name``, ``--json`` and ``--quiet``. :func:`run_options` adds them to a
+flags, ``--out``, ``--name``, ``--json``, ``--quiet`` and ``--no-plot``. :func:`run_options` adds them to a
 command's signature (Typer reads ``__signature__``) and hands the command one :class:`RunArgs`
 instead of twelve parameters, so the options, their help and their order live here only.
 """
@@ -34,6 +34,9 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         "--name", help="Run name (the directory gets a timestamp suffix).")], None),
     "json_": (Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")], False),
     "quiet": (Annotated[bool, typer.Option("--quiet", "-q", help="No dashboard or progress output.")], False),
+    "plot": (Annotated[bool, typer.Option(
+        "--plot/--no-plot", help="Draw run.png, compare.png or sweep.png (a figure that cannot be drawn is a "
+        "warning).")], True),
 }
 
 
@@ -54,6 +57,7 @@ class RunArgs:
     name: str | None = None
     json_: bool = False
     quiet: bool = False
+    plot: bool = True
 
     def build_config(self, config: str | None = None) -> Config:
         """``config`` (default: ``--config``), then ``--set``, then the flags, validated once."""

@@ -114,6 +114,10 @@ def profile(
             render_profile(record, run.quiet)
         for note in notes(record):
             print(f"rlperf: {note}", file=sys.stderr)
+        if run.plot:
+            from rlperf.cli.figures import draw_run
+
+            draw_run(record, quiet=run.quiet)
     raise typer.Exit(code)
 
 
@@ -192,4 +196,8 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
     else:
         render_script_profile(result.record, run.quiet)
+    if run.plot:
+        from rlperf.cli.figures import draw_run
+
+        draw_run(result.record, quiet=run.quiet)
     raise typer.Exit(result.exit_code)

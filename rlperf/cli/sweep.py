@@ -71,7 +71,7 @@ def sweep(
     with progress or contextlib.nullcontext():
         result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
                            trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
-                           on_trial=on_trial if progress else None, stop=stop, objective=objective)
+                           on_trial=on_trial if progress else None, stop=stop, objective=objective, plot=run.plot)
     data = result.data()
     failed = len(result.failed)
     line = f"sweep: {len(result.trials)} trials"
@@ -88,5 +88,6 @@ def sweep(
 
             print_table(sweep_table(data))
         if not run.quiet or failed or result.interrupted:
-            print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json, sweep.png)", file=sys.stderr)
+            drawn = ", sweep.png" if (result.sweep_dir / "sweep.png").is_file() else ""
+            print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json{drawn})", file=sys.stderr)
     raise typer.Exit(result.exit_code)

@@ -46,6 +46,10 @@ def train(
                        dashboard=not run.json_, resume=resume, stop=command_stop())
     with rendering():
         emit(result.record, run.json_, run.quiet)
+        if run.plot:
+            from rlperf.cli.figures import draw_run
+
+            draw_run(result.record, quiet=run.quiet)
     raise typer.Exit(result.exit_code)
 
 

@@ -384,8 +384,10 @@ def run_sweep(
     on_trial: TrialCallback | None = None,
     stop: StopSignal | None = None,
     objective: str | None = None,
+    plot: bool = True,
 ) -> SweepResult:
-    """Run the grid and write the sweep directory; ``on_trial(event, trial)`` hears "start" and "end".
+    """Run the grid and write the sweep directory (``plot``: with sweep.png); ``on_trial(event, trial)``
+    hears "start" and "end".
 
     ``stop``: the caller's stop signal (the command line's); by default the sweep installs its own.
     ``objective`` (see :class:`Objective`) ranks the grid points, best first, in the summary and table.
@@ -426,7 +428,7 @@ def run_sweep(
                     t.status = "not run"
             result.interrupted = stop() or bool(stopped)
             result.signum = stop.signum
-            write_outputs(result)
+            write_outputs(result, plot)
             if disk is not None:
                 raise DiskError(f"{disk.message}; the sweep stopped, {sweep_dir} holds sweep.json/csv/png for "
                                 f"the trials before it", hint=disk.hint)
@@ -791,9 +793,10 @@ def summarize_points(trials: Sequence[Trial], axes: Sequence[Axis],
     return [by_point[point] for point, _ in ranked]
 
 
-def write_outputs(result: SweepResult) -> None:
-    """sweep.json, sweep.csv and sweep.png in the sweep directory (each written atomically)."""
-    from rlperf.report.plots import sweep_plot
+def write_outputs(result: SweepResult, plot: bool = True) -> None:
+    """sweep.json, sweep.csv and (``plot``) sweep.png in the sweep directory (each written atomically;
+    a figure that cannot be drawn is a warning)."""
+    from rlperf.report.plots import draw, sweep_figure
 
     data = result.data()
     write_json_atomic(result.sweep_dir / "sweep.json", data)
@@ -806,7 +809,8 @@ def write_outputs(result: SweepResult) -> None:
     for row in rows:
         writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
     write_text_atomic(result.sweep_dir / "sweep.csv", buffer.getvalue())
-    sweep_plot(data["summary"], [a.key for a in result.axes], result.sweep_dir / "sweep.png")
+    if plot:
+        draw(lambda: sweep_figure(data["summary"], [a.key for a in result.axes]), result.sweep_dir / "sweep.png")
 
 
 def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:

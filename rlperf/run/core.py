@@ -23,17 +23,13 @@ from rlperf.report.dashboard import Dashboard
 from rlperf.run.checkpoint import CheckpointWriter, tidy_for_resume
 from rlperf.run.common import RunResult
 from rlperf.run.files import (
-    CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, MetricsCSV, SpaceReserve, discard_run_dir, forget_run_dir,
+    CHECKPOINT_NAME, CONFIG_NAME, RECORD_NAME, SpaceReserve, discard_run_dir, forget_run_dir,
 )
-from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, metrics_row, reset_peak_memory
+from rlperf.run.record import MetricsLog, RunHistory, Window, metrics_row, reset_peak_memory
 from rlperf.run.signals import StopSignal, exit_code
 
 if TYPE_CHECKING:
     from rlperf.dqn import Progress
-
-TB_SCALARS = ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s")
-"""The metrics.csv columns also written as TensorBoard scalars (``rlperf/<name>``)."""
-
 
 @dataclass(kw_only=True)
 class RunCore:
@@ -55,10 +51,9 @@ class RunCore:
     resumable: bool
     rss_scope: str
     reserve: SpaceReserve
-    metrics: MetricsCSV
+    metrics: MetricsLog  # metrics.csv, and TensorBoard scalars with train.tensorboard
     checkpoints: CheckpointWriter
     board: Dashboard
-    tb: Any = None
     disk: DiskError | None = None  # the disk error that ended the run, raised once its record is written
 
     @classmethod
@@ -75,7 +70,7 @@ class RunCore:
                 tidy_for_resume(run_dir, resumed.vector_steps)
             reserve = SpaceReserve(run_dir)
             write_text_atomic(run_dir / CONFIG_NAME, to_toml(cfg))
-            metrics = MetricsCSV(run_dir / METRICS_NAME, METRICS_FIELDS)
+            metrics = MetricsLog(run_dir, tensorboard=cfg.train.tensorboard)
         except DiskError:
             if reserve is not None:
                 reserve.release()
@@ -88,16 +83,14 @@ class RunCore:
                    resumed_at=resumed.env_steps if resumed is not None else None, resumable=resumable,
                    rss_scope=rss_scope, reserve=reserve, metrics=metrics,
                    checkpoints=CheckpointWriter(run_dir / CHECKPOINT_NAME, resumed),
-                   board=Dashboard(total, unit, enabled=show), tb=_tensorboard(run_dir) if t.tensorboard else None)
+                   board=Dashboard(total, unit, enabled=show))
 
-    def log(self, p: Progress, wall: float, window: Window | None, shares: Callable[[], dict[str, float]] | None = None,
-            extra: Callable[[], str] | None = None) -> dict[str, Any]:
-        """One log interval: a metrics.csv row (and TensorBoard scalars), and the dashboard's line."""
-        row = metrics_row(p, wall, window, self.history)
+    def log(self, p: Progress, wall: float, window: Window | None, phase_totals: dict[str, float],
+            shares: Callable[[], dict[str, float]] | None = None, extra: Callable[[], str] | None = None) -> dict[str, Any]:
+        """One log interval: a metrics.csv row (and TensorBoard scalars) with the interval's phase
+        seconds (from ``phase_totals``, each phase's seconds since the run started), and the dashboard's line."""
+        row = metrics_row(p, wall, window, self.history, phase_totals)
         self.metrics.write(row)
-        if self.tb is not None:
-            for key in TB_SCALARS:
-                self.tb.add_scalar(f"rlperf/{key}", row[key], p.env_steps)
         board = self.board
         if board.enabled:
             done = p.episodes if board.unit == "episodes" else p.env_steps
@@ -110,8 +103,6 @@ class RunCore:
     def close_files(self) -> None:
         """metrics.csv and TensorBoard, once the loop is over."""
         self.metrics.close()
-        if self.tb is not None:
-            self.tb.close()
 
     def final_checkpoint(self, status: str, error: str | None, state: Callable[[], dict[str, Any]],
                          p: Progress) -> tuple[str, str | None]:
@@ -163,9 +154,3 @@ def with_detail(exc: DiskError, detail: str, record: dict[str, Any] | None = Non
     out = DiskError(f"{exc.message}; {detail}", hint=exc.hint)
     out.record, out.run_dir = record, run_dir  # type: ignore[attr-defined]
     return out
-
-
-def _tensorboard(run_dir: Path) -> Any:
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir=str(run_dir / "tb"))

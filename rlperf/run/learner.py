@@ -435,7 +435,9 @@ class Learner:
                 finite = math.isfinite(p.last_loss)
             now_s = time.perf_counter()
             window = self.stats.window(s, self.agent.updates, now_s) if self.stats.window_start is not None else None
-            self.core.log(p, now_s - self.stats.t_start, window, extra=lambda: metrics_line(self._metrics()))
+            # The learner's phases, and its waiting for data: what its interval was spent on.
+            self.core.log(p, now_s - self.stats.t_start, window, {**self.timer.totals(), "wait": self.stats.wait_s},
+                          extra=lambda: metrics_line(self._metrics()))
         return finite
 
     def _read_episodes(self) -> None:

@@ -273,7 +273,7 @@ class SyncRun:
 
     def on_log(self, p: Progress) -> None:
         wall, board = self.wall_s(), self.core.board
-        self.core.log(p, wall, self.window(), self.timer.shares if board.live_mode or wall > 5 else None)
+        self.core.log(p, wall, self.window(), self.timer.totals(), self.timer.shares if board.live_mode or wall > 5 else None)
 
     # -- the run ---------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import resource
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,22 +30,32 @@ import torch
 from rlperf.config import Config, config_to_dict
 from rlperf.score import record_section
 from rlperf.system import cpu_model
-from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA
+from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, MetricsCSV
+from rlperf.timers import PHASES
 
 if TYPE_CHECKING:
     from rlperf.dqn import Progress
     from rlperf.env.plan import EnvPlan
 
+PHASE_COLUMNS = tuple(f"{name}_{what}" for name in PHASES for what in ("s", "share"))
+"""``metrics.csv``'s per-phase columns: each phase's seconds in the log interval and its share of the
+interval's phase time (in an async run, of the learner's time, waiting for data included)."""
+
 METRICS_FIELDS = (
     "vector_steps", "env_steps", "episodes", "updates", "wall_s", "mean_score_100", "mean_return_100",
-    "best_score", "epsilon", "loss", "env_steps_per_s", "mean_episode_length",
+    "best_score", "epsilon", "loss", "env_steps_per_s", "mean_episode_length", *PHASE_COLUMNS,
 )
 """The columns of ``metrics.csv``, one row per log interval. ``mean_episode_length`` is the mean
-length of the episodes that finished in that interval (empty when none did)."""
+length of the episodes that finished in that interval (empty when none did). The phase columns come
+last: a run written before they existed keeps its own header when it is resumed (the rows appended
+then leave them out, see :class:`rlperf.run.files.MetricsCSV`), and its record still gets them."""
 
 MAX_INTERVALS = 128
 """Log intervals a record keeps (``intervals``); longer runs keep evenly spaced rows,
 each then covering several intervals exactly."""
+
+_START: dict[str, Any] = {"env_steps": 0, "episodes_read": 0, "episode_steps": 0, "wall_s": 0.0, "updates": 0,
+                          "phase_s": {}}
 
 
 def now() -> str:
@@ -58,6 +68,15 @@ def finite(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
+def cumulative(row: Mapping[str, Any] | Sequence[float]) -> dict[str, Any]:
+    """A history row as a dict. Checkpoints written before the phase series kept
+    ``[env_steps, episodes read, their env steps, wall_s]`` lists: those rows have no updates,
+    score or phase times (the interval that ends at the first new row has none either)."""
+    if isinstance(row, Mapping):
+        return dict(row)
+    return {"env_steps": row[0], "episodes_read": row[1], "episode_steps": row[2], "wall_s": row[3]}
+
+
 @dataclass
 class RunHistory:
     """What a run carries across resumes (saved in the checkpoint under ``run``)."""
@@ -68,13 +87,20 @@ class RunHistory:
     wall_s: float = 0.0  # wall seconds of the segments before this one
     resumed: list[dict[str, Any]] = field(default_factory=list)
     at_warmup_end: dict[str, int] = field(default_factory=lambda: {"env_steps": 0, "updates": 0, "episodes": 0})
-    # Cumulative [env_steps, episodes read, their env steps, wall_s] at log rows, thinned to at most
-    # 2 x MAX_INTERVALS: differences between any two rows are exact interval figures.
-    intervals: list[list[float]] = field(default_factory=list)
+    # Cumulative figures at log rows (env_steps, episodes_read, episode_steps, wall_s, updates,
+    # phase_s: seconds per phase) and the mean score there, thinned to at most 2 x MAX_INTERVALS:
+    # differences between any two rows are exact interval figures.
+    intervals: list[dict[str, Any]] = field(default_factory=list)
 
-    def add_interval(self, p: Progress, wall_s: float) -> None:
-        """Note a log row (where the run's curve of episode length and cost per env step is read)."""
-        self.intervals.append([p.env_steps, p.lengths_read, p.episode_steps, round(wall_s, 6)])
+    def __post_init__(self) -> None:
+        self.intervals = [cumulative(row) for row in self.intervals]
+
+    def add_interval(self, p: Progress, wall_s: float, phase_s: Mapping[str, float] | None = None) -> None:
+        """Note a log row (where the run's curves of score, episode length, cost per env step and
+        phase times are read); ``phase_s``: each phase's seconds since the run started."""
+        self.intervals.append({"env_steps": p.env_steps, "episodes_read": p.lengths_read,
+                               "episode_steps": p.episode_steps, "wall_s": round(wall_s, 6), "updates": p.updates,
+                               "mean_score_100": finite(p.mean_score), "phase_s": dict(phase_s or {})})
         if len(self.intervals) > 2 * MAX_INTERVALS:
             self.intervals = self.intervals[-1::-2][::-1]  # every other row, the latest kept
 
@@ -92,40 +118,106 @@ class Window:
         return count / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def metrics_row(p: Progress, wall_s: float, measured: Window | None, history: RunHistory | None = None) -> dict[str, Any]:
+def metrics_row(p: Progress, wall_s: float, measured: Window | None, history: RunHistory | None = None,
+                phase_s: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One ``metrics.csv`` row, noted in ``history``'s intervals. The rate is over the measured window
-    (warm-up excluded, as in the record); before the warm-up ends it is over the whole run so far."""
+    (warm-up excluded, as in the record); before the warm-up ends it is over the whole run so far.
+    ``phase_s``: each phase's seconds since the run started (:meth:`rlperf.timers.PhaseTimer.totals`);
+    the row gets the interval's part of them (with ``history``, which holds the previous row)."""
     rate = measured.rate(measured.env_steps) if measured is not None else (p.env_steps / wall_s if wall_s > 0 else 0.0)
     length = None
+    phases: dict[str, Any] = {}
     if history is not None:
-        last = history.intervals[-1] if history.intervals else [0, 0, 0, 0.0]
-        episodes = p.lengths_read - last[1]
-        length = (p.episode_steps - last[2]) / episodes if episodes > 0 else None
-        history.add_interval(p, wall_s)
+        last = history.intervals[-1] if history.intervals else _START
+        episodes = p.lengths_read - last["episodes_read"]
+        length = (p.episode_steps - last["episode_steps"]) / episodes if episodes > 0 else None
+        history.add_interval(p, wall_s, phase_s)
+        spent = phase_deltas(last, history.intervals[-1])
+        if spent is not None:
+            total = sum(spent.values())
+            for name in PHASES:
+                if name in spent:
+                    phases[f"{name}_s"] = round(spent[name], 6)
+                    phases[f"{name}_share"] = round(spent[name] / total, 4) if total > 0 else 0.0
     return dict(vector_steps=p.vector_steps, env_steps=p.env_steps, episodes=p.episodes, updates=p.updates,
                 wall_s=round(wall_s, 4), mean_score_100=p.mean_score, mean_return_100=p.mean_return,
                 best_score=p.best_score, epsilon=p.epsilon, loss=p.last_loss, env_steps_per_s=rate,
-                mean_episode_length=length)
+                mean_episode_length=length, **phases)
 
 
-def interval_rows(intervals: list[list[float]], limit: int = MAX_INTERVALS) -> list[dict[str, Any]]:
+def phase_deltas(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, float] | None:
+    """Each phase's seconds between two cumulative history rows; None where either row has no phase
+    times (a row from an older checkpoint, or a run timed with ``run.timing=off``)."""
+    a, b = before.get("phase_s"), after.get("phase_s")
+    if not b or (a is None) or (not a and before is not _START):
+        return None
+    return {name: max(0.0, seconds - a.get(name, 0.0)) for name, seconds in b.items()}
+
+
+def interval_rows(intervals: Sequence[Mapping[str, Any] | Sequence[float]],
+                  limit: int = MAX_INTERVALS) -> list[dict[str, Any]]:
     """The record's ``intervals``: per log interval (or evenly merged ones past ``limit``),
-    where it ended (env steps, wall seconds), the episodes that finished in it, their mean length,
-    and the interval's seconds per 1000 env steps."""
-    rows = list(intervals)
+    where it ended (env steps, wall seconds, updates, the mean score of the last 100 episodes), the
+    episodes that finished in it, their mean length, the interval's seconds per 1000 env steps and
+    each phase's seconds in it (``phase_s``; left out where the history has no phase times)."""
+    rows = [cumulative(row) for row in intervals]
     if len(rows) > limit:
         step = len(rows) / limit
         rows = [rows[min(len(rows) - 1, round((i + 1) * step) - 1)] for i in range(limit)]
     out = []
-    previous = [0, 0, 0, 0.0]
+    previous: Mapping[str, Any] = _START
     for row in rows:
-        steps, episodes = row[0] - previous[0], row[1] - previous[1]
-        seconds = row[3] - previous[3]
-        out.append({"env_steps": int(row[0]), "wall_s": row[3], "episodes": int(episodes),
-                    "mean_episode_length": (row[2] - previous[2]) / episodes if episodes > 0 else None,
-                    "s_per_1000_env_steps": 1000 * seconds / steps if steps > 0 else None})
+        steps, episodes = row["env_steps"] - previous["env_steps"], row["episodes_read"] - previous["episodes_read"]
+        seconds = row["wall_s"] - previous["wall_s"]
+        entry: dict[str, Any] = {
+            "env_steps": int(row["env_steps"]), "wall_s": row["wall_s"], "episodes": int(episodes),
+            "mean_episode_length": (row["episode_steps"] - previous["episode_steps"]) / episodes if episodes > 0 else None,
+            "s_per_1000_env_steps": 1000 * seconds / steps if steps > 0 else None}
+        if "updates" in row:
+            entry["updates"] = int(row["updates"])
+            entry["mean_score_100"] = row.get("mean_score_100")
+        spent = phase_deltas(previous, row)
+        if spent is not None:
+            entry["phase_s"] = {name: round(s, 6) for name, s in spent.items()}
+        out.append(entry)
         previous = row
     return out
+
+
+class MetricsLog:
+    """Where a run's log rows go: ``metrics.csv`` (:class:`~rlperf.run.files.MetricsCSV`: same
+    ``write``/``rollback``/``close``) and, with ``train.tensorboard``, TensorBoard scalars under
+    ``RUN_DIR/tb`` at the row's env step (the learning curve, throughput and the per-phase series)."""
+
+    TENSORBOARD = ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s")
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False) -> None:
+        self.csv = MetricsCSV(run_dir / METRICS_NAME, METRICS_FIELDS)
+        self.tb: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tb"))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self.csv.write(row)
+        if self.tb is not None:
+            step = row["env_steps"]
+            for key in self.TENSORBOARD:
+                self.tb.add_scalar(f"rlperf/{key}", row[key], step)
+            for name in PHASES:
+                if f"{name}_s" in row:
+                    self.tb.add_scalar(f"rlperf/phase_s/{name}", row[f"{name}_s"], step)
+                    self.tb.add_scalar(f"rlperf/phase_share/{name}", row[f"{name}_share"], step)
+
+    def rollback(self) -> None:
+        self.csv.rollback()
+
+    def close(self) -> None:
+        self.csv.close()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
 
 
 def build_record(
