@@ -17,7 +17,8 @@ from rlperf import cli
 from rlperf.experiments import gate
 from rlperf.report import plots
 from rlperf.run.checkpoint import with_digest
-from rlperf.run.files import read_record, save_torch_atomic
+from rlperf.atomic import save_torch_atomic
+from rlperf.run.files import read_record
 from rlperf.run.record import METRICS_FIELDS, PHASE_COLUMNS
 from rlperf.timers import PHASES, PhaseTimer
 

@@ -41,7 +41,7 @@ def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> F
     """Throughput and final score against the first swept key with more than one value, one line
     per combination of the other keys' values; error bars show the spread over repeats.
 
-    ``summary`` is :func:`rlperf.sweep.summarize_points`'s output. Numeric x values are plotted on a
+    ``summary`` is :func:`rlperf.experiments.sweep.summarize_points`'s output. Numeric x values are plotted on a
     log axis when they span a factor of 10 or more (train_ratio 1, 4, 16, 64), else linearly;
     other values are categories in the order swept.
     """
