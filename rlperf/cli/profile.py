@@ -56,6 +56,9 @@ def profile(
     from rlperf.run.files import check_run_name
 
     check_run_name(run.name)
+    if ctx.meta.get("rlperf.after_dashdash") == []:  # "--" and nothing after it: not the default config
+        raise RlperfError("nothing to run after --", hint="write: rlperf profile [OPTIONS] -- python SCRIPT [ARGS...], "
+                          "or leave out -- to profile rlperf's own loop")
     if script:
         _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
 
@@ -192,4 +195,6 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
     else:
         render_script_profile(result.record, run.quiet)
+    if result.record["script"]["ended"]:
+        print(f"rlperf: the script was {result.record['script']['ended']}", file=sys.stderr)
     raise typer.Exit(result.exit_code)
