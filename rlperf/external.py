@@ -140,6 +140,7 @@ class PhaseTimer(timers.PhaseTimer):
     _last_step: float
     _closed: int
     _stride: int
+    num_envs: int
 
     def __init__(self, device: Any = "cpu", mode: str = "auto", enabled: bool = True, warmup_steps: int = 0,
                  interval_s: float = 1.0) -> None:
@@ -163,6 +164,8 @@ class PhaseTimer(timers.PhaseTimer):
         self._intervals: list[tuple[int, float, dict[str, float]]] = []
         self._closed = 0
         self._stride = 1
+        self.num_envs = 1
+        """The envs one ``step_done()`` steps, as last given to :meth:`record` or :meth:`save`."""
         self._summed: dict[str, list[float]] = {}  # phase -> [measured samples summed, warm-up ones, seconds]
         if _collected is not None:
             _collected.append(self)
@@ -238,7 +241,7 @@ class PhaseTimer(timers.PhaseTimer):
                command: list[str] | None = None) -> dict[str, Any]:
         """The run record of this timer: ``kind: "external"``, its phases, its throughput (``num_envs``
         env transitions per ``step_done()``), the per-step times the CI gate compares, the system."""
-        return external_record(self, name=name, num_envs=num_envs, config=config, command=command)
+        return external_record(self, name=name, num_envs=check_num_envs(num_envs), config=config, command=command)
 
     def save(self, out: str | Path = "runs", name: str = "external", num_envs: int = 1,
              config: Mapping[str, Any] | None = None) -> Path:
@@ -280,13 +283,15 @@ def _check_cuda(device: Any, asked: Any) -> None:
                           hint="use cuda:0 to cuda:" + str(torch.cuda.device_count() - 1))
 
 
-def external_record(timer: PhaseTimer, name: str = "external", num_envs: int = 1,
+def external_record(timer: PhaseTimer, name: str = "external", num_envs: int | None = None,
                     config: Mapping[str, Any] | None = None, command: list[str] | None = None,
                     status: str = "completed") -> dict[str, Any]:
-    """A run record from a timer, in the layout of rlperf's own records where they overlap."""
+    """A run record from a timer, in the layout of rlperf's own records where they overlap (``num_envs``
+    None: the timer's own, as the script last gave it)."""
     from rlperf.run.files import SCHEMA
 
-    num_envs = check_num_envs(num_envs)
+    # Unsaid (rlperf profile reading the script's timer): what the script last gave record() or save().
+    num_envs = timer.num_envs = check_num_envs(timer.num_envs if num_envs is None else num_envs)
     timing = timer.to_dict()
     wall = float(timing["wall_s"])
     measured = int(timing["measured_steps"])

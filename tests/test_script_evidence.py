@@ -113,6 +113,42 @@ def test_a_functional_env_gets_its_step_count_from_step_done(tmp_path: Path) -> 
     assert record["script"]["steps"] == {"count": 400, "basis": "timer.step_done() calls"}
 
 
+def test_a_functional_env_without_a_timer_gets_its_step_count_from_the_loop(tmp_path: Path) -> None:
+    script = tmp_path / "functional.py"
+    script.write_text(textwrap.dedent("""
+        import random
+
+        def env_reset():
+            return 1
+
+        def env_step(state, action):  # no step method, no timer: only the loop knows the steps
+            return (state * 31 + action) % 1009, float(state % 2)
+
+        def policy(state):
+            return state % 3
+
+        def learn(batch):
+            return sum(batch)
+
+        def main():
+            state, rewards = env_reset(), []
+            for i in range(300):
+                action = policy(state)
+                state, reward = env_step(state, action)
+                rewards.append(reward)
+                if i % 4 == 0:
+                    learn(rewards[-4:])
+            print(random.random() < 2)
+
+        main()
+    """))
+    proc = profile(tmp_path, "--json", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = json.loads(proc.stdout)["script"]["steps"]
+    assert steps["count"] == 300 and steps["basis"].startswith("iterations of the loop in functional.py:"), steps
+    assert "(main)" in steps["basis"]
+
+
 @pytest.mark.parametrize(("how", "code", "killed_by"), [
     ("os.kill(os.getpid(), signal.SIGKILL)", 137, "SIGKILL"),
     ("import ctypes; ctypes.string_at(0)", 139, "SIGSEGV"),
@@ -231,3 +267,22 @@ def test_signals_to_rlperf_stop_the_script_and_keep_its_profile(body: str, signa
     record = record_of(tmp_path)
     assert record["status"] == "interrupted" and record["exit_code"] == code
     assert record["phases"]["step"]["calls"] > 10 and record["profile"]["cprofile"]["top"]
+
+
+def test_the_readmes_profile_your_own_loop_script_runs_as_shown(tmp_path: Path) -> None:
+    import re
+
+    pytest.importorskip("gymnasium")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Profile your own loop")
+    section = text[start:text.index("\n## ", start + 1)]
+    snippet = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    assert "def main():" in snippet and "timer = rlperf.PhaseTimer" in snippet  # the timer inside main()
+    (tmp_path / "train.py").write_text(snippet)
+    proc = profile(tmp_path, "--json", "--", "python", "train.py", "--lr", "3e-4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)
+    assert set(record["phases"]) == {"select", "step", "train"} and record["totals"]["vector_steps"] == 500
+    assert record["script"]["steps"]["count"] == 500 and record["intervals"][-1]["env_steps"] == 500 * 8
+    (saved,) = (tmp_path / "runs").glob("external-*/run.json")  # timer.save() from the script, beside the profile
+    assert json.loads(saved.read_text())["totals"]["num_envs"] == 8

@@ -22,10 +22,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlperf.errors import RlperfError
 from rlperf.instruments.advisor import effective_cpus
@@ -44,6 +45,9 @@ from rlperf.instruments.profilers import (
 )
 from rlperf.run.files import write_json_atomic
 from rlperf.run.signals import signal_name
+
+if TYPE_CHECKING:
+    from rlperf.instruments.foreign import ScriptProfile
 
 
 @dataclass
@@ -314,7 +318,7 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
     if skipped:
         section["py_spy"] = {"skipped": skipped}
     calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None
-    steps = script_steps(record, calls)
+    steps = script_steps(record, calls) or (loop_iterations(ScriptProfile(calls)) if calls is not None else None)
     record["script"]["steps"] = {"count": steps[0], "basis": steps[1]} if steps else None
     findings = advise_script(record, calls, child["gc"], steps)
     # Savings are shares of the script's own work: its profiled time without imports.
@@ -325,6 +329,25 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
                           "measured_phase_s": worked}
     record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
     return record
+
+
+def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
+    """The iterations of the script's loop, where nothing counts steps (no timer, an env written as
+    functions without a ``step`` method): in your function that runs once and holds most of the
+    script's time, the call count most of its callees share (a loop body calls its parts once per
+    iteration), the larger on a tie. None when no two callees share a count."""
+    from rlperf.instruments.foreign import where
+
+    for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1), key=p.cumtime, reverse=True):
+        if p.cumtime(fn) < 0.5 * p.total:
+            break
+        shared = Counter(n for _, n, _ in p.callees.get(fn, []) if n >= 2)
+        if not shared:
+            continue
+        count, callees = max(shared.items(), key=lambda item: (item[1], item[0]))
+        if callees >= 2:
+            return count, f"iterations of the loop in {where(fn)} ({callees} functions it calls ran {count:,} times each)"
+    return None
 
 
 def _exit_code(returncode: int) -> int:
