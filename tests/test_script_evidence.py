@@ -222,12 +222,13 @@ def test_python_dash_m_a_module_that_closes_stdout(tmp_path: Path) -> None:
     assert record_of(tmp_path)["script"]["command"] == ["python", "-m", "json.tool", "data.json"]
 
 
+# Both end by themselves after a minute: a failing test leaves no process behind.
 FOREVER = """
     import time
     def main():
         t = rlperf.PhaseTimer("cpu")
         print("started", flush=True)
-        while True:
+        while time.time() < STOP:
             with t.phase("step"):
                 time.sleep(0.005)
             t.step_done()
@@ -239,7 +240,7 @@ STUBBORN = """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     t = rlperf.PhaseTimer("cpu")
     print("started", flush=True)
-    while True:
+    while time.time() < STOP:
         with t.phase("step"):
             time.sleep(0.005)
         t.step_done()
@@ -253,16 +254,19 @@ STUBBORN = """
 ], ids=["kill -INT", "kill -TERM", "ignores SIGINT, two SIGTERMs"])
 def test_signals_to_rlperf_stop_the_script_and_keep_its_profile(body: str, signals: list[int], code: int,
                                                                 tmp_path: Path) -> None:
-    script = write(tmp_path, body)
+    script = write(tmp_path, body.replace("STOP", f"{time.time() + 60}"))
     proc = subprocess.Popen(profile_cmd(tmp_path, "--", "python", str(script)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "started"
-    time.sleep(0.3)
-    for signum in signals:  # to rlperf's process alone, as kill PID does (not a terminal's whole group)
-        proc.send_signal(signum)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
         time.sleep(0.3)
-    _out, err = proc.communicate(timeout=30)
+        for signum in signals:  # to rlperf's process alone, as kill PID does (not a terminal's whole group)
+            proc.send_signal(signum)
+            time.sleep(0.3)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
     assert proc.returncode == code, err
     record = record_of(tmp_path)
     assert record["status"] == "interrupted" and record["exit_code"] == code
@@ -286,3 +290,52 @@ def test_the_readmes_profile_your_own_loop_script_runs_as_shown(tmp_path: Path) 
     assert record["script"]["steps"]["count"] == 500 and record["intervals"][-1]["env_steps"] == 500 * 8
     (saved,) = (tmp_path / "runs").glob("external-*/run.json")  # timer.save() from the script, beside the profile
     assert json.loads(saved.read_text())["totals"]["num_envs"] == 8
+
+
+def run_in_terminal(argv: list[str], typed: list[tuple[bytes, bytes]], timeout: float = 60) -> tuple[int | None, str]:
+    """Run ``argv`` on a pseudo-terminal, typing each ``(wait_for, keys)`` once ``wait_for`` was printed;
+    returns its exit code (None: it did not end in time, and was killed) and what it printed."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        os.chdir(argv.pop())
+        os.execve(argv[0], argv, ENV)
+    out = b""
+    deadline = time.monotonic() + timeout
+    code = None
+    try:
+        while time.monotonic() < deadline:
+            if typed and typed[0][0] in out:
+                time.sleep(0.3)
+                os.write(fd, typed.pop(0)[1])
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:  # the terminal closed: everything on it has ended
+                    pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                break
+    finally:
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    return code, out.decode(errors="replace")
+
+
+def test_at_a_terminal_ctrl_c_stops_the_script_and_it_may_read_the_terminal(tmp_path: Path) -> None:
+    script = write(tmp_path, FOREVER.replace("STOP", f"{time.time() + 60}"))
+    code, out = run_in_terminal([*profile_cmd(tmp_path, "--", "python", str(script)), str(tmp_path)],
+                                [(b"started", b"\x03")])  # Ctrl-C typed at the terminal
+    assert code == 130, out[-2000:]
+    assert record_of(tmp_path)["status"] == "interrupted"
+    reads = tmp_path / "reads.py"
+    reads.write_text("print('name?', flush=True)\nprint('hello', input())\n")
+    code, out = run_in_terminal([*profile_cmd(tmp_path / "second", "--", "python", str(reads)), str(tmp_path)],
+                                [(b"name?", b"bob\n")])
+    assert code == 0 and "hello bob" in out, out[-2000:]  # the script's group holds the terminal: no SIGTTIN
