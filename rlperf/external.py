@@ -50,65 +50,64 @@ _collected: list[PhaseTimer] | None = None
 _on_step: Callable[[PhaseTimer], None] | None = None
 
 
-class _Entry:
-    """One open phase entry on one thread: when it started, and the time of the phases nested in it."""
-
-    __slots__ = ("name", "nested", "start")
-
-    def __init__(self, name: str, start: Any) -> None:
-        self.name = name
-        self.start = start  # perf_counter seconds, or a CUDA event (events mode)
-        self.nested = 0.0
-
-
 class _ThreadPhase:
     """A phase of the public timer: its start times are per thread (two threads in the same phase both
     count), and a phase entered inside another counts as the outer phase's *self* time (its time
-    without the inner's), so the phases' totals add up to the measured time once."""
+    without the inner's), so the phases' totals add up to the measured time once.
 
-    __slots__ = ("_timer", "inner", "name")
+    Each thread keeps a stack of its open entries, ``[name, start, seconds nested in it]`` (start:
+    ``perf_counter`` seconds, or a CUDA event in events mode)."""
+
+    __slots__ = ("_mode", "_timer", "inner", "name")
 
     def __init__(self, inner: timers._Phase, timer: PhaseTimer) -> None:
         self.inner = inner  # owns the samples
         self.name = inner.name
         self._timer = timer
+        self._mode = timer.mode
 
     def __enter__(self) -> _ThreadPhase:
         timer = self._timer
-        entries = timer._open_entries()
-        if timer.mode == "events":
+        try:
+            entries = timer._local.entries
+        except AttributeError:
+            entries = timer._local.entries = []
+        if self._mode == "cpu":
+            entries.append([self.name, perf_counter(), 0.0])
+        elif self._mode == "sync":
+            timer._cuda.synchronize(timer.device)
+            entries.append([self.name, perf_counter(), 0.0])
+        else:
             if entries:
-                raise ConfigError(f"phase {self.name!r} inside phase {entries[-1].name!r}: CUDA events cannot "
+                raise ConfigError(f"phase {self.name!r} inside phase {entries[-1][0]!r}: CUDA events cannot "
                                   "time nested phases", hint='use PhaseTimer(device, mode="sync") to nest phases')
             start = timer._event()
             start.record(timer._cuda.current_stream(timer.device))
-            entries.append(_Entry(self.name, start))
-            return self
-        if timer.mode == "sync":
-            timer._cuda.synchronize(timer.device)
-        entries.append(_Entry(self.name, perf_counter()))
+            entries.append([self.name, start, 0.0])
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         timer = self._timer
-        entries = timer._open_entries()
-        entry = entries.pop()
-        if timer.mode == "events":
+        entries = timer._local.entries
+        _, start, nested = entries.pop()
+        if self._mode == "events":
             end = timer._event()
             end.record(timer._cuda.current_stream(timer.device))
             with timer._lock:
-                timer._pending.append((self.inner, entry.start, end))
+                timer._pending.append((self.inner, start, end))
             if len(timer._pending) >= timers._MAX_PENDING:
                 timer.flush()
             return
-        if timer.mode == "sync":
+        if self._mode == "sync":
             timer._cuda.synchronize(timer.device)
-        seconds = perf_counter() - entry.start
+        seconds = perf_counter() - start
         with timer._lock:
-            self.inner._add(seconds - entry.nested)
+            self.inner._add(seconds - nested)
         if entries:
-            entries[-1].nested += seconds
-            timer.nested.setdefault(self.name, entries[-1].name)
+            outer = entries[-1]
+            outer[2] += seconds
+            if self.name not in timer.nested:
+                timer.nested[self.name] = outer[0]
 
 
 class PhaseTimer(timers.PhaseTimer):
@@ -175,29 +174,24 @@ class PhaseTimer(timers.PhaseTimer):
         for stage in (self._measured, self._warmup):
             stage[name] = _ThreadPhase(stage[name], self)
 
-    def _open_entries(self) -> list[_Entry]:
-        """This thread's open phase entries, innermost last."""
-        try:
-            entries: list[_Entry] = self._local.entries
-        except AttributeError:
-            entries = self._local.entries = []
-        return entries
-
     def step_done(self) -> None:
-        """Mark the end of one vector step (one iteration of your loop)."""
-        with self._lock:
-            super().step_done()
-            now = self._last_step = perf_counter()
-            if now - self._interval_end >= self.interval_s:
-                self._interval_end = now
-                self._closed += 1
-                if self._closed % self._stride == 0:
-                    self._intervals.append((self.steps, now - self._born, self._phase_seconds()))
-                    if len(self._intervals) > 2 * MAX_INTERVALS:  # keep every other row, and note every other one from now on
-                        self._intervals = self._intervals[1::2]
-                        self._stride *= 2
+        """Mark the end of one vector step (one iteration of your loop; from one thread)."""
+        super().step_done()
+        now = self._last_step = perf_counter()
+        if now - self._interval_end >= self.interval_s:
+            self._close_interval(now)
         if _on_step is not None:
             _on_step(self)
+
+    def _close_interval(self, now: float) -> None:
+        with self._lock:
+            self._interval_end = now
+            self._closed += 1
+            if self._closed % self._stride == 0:
+                self._intervals.append((self.steps, now - self._born, self._phase_seconds()))
+                if len(self._intervals) > 2 * MAX_INTERVALS:  # keep every other row, and note every other one from now on
+                    self._intervals = self._intervals[1::2]
+                    self._stride *= 2
 
     def _phase_seconds(self) -> dict[str, float]:
         """Each phase's seconds so far, warm-up included (summing only the samples new since the last call)."""
