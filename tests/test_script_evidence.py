@@ -339,3 +339,24 @@ def test_at_a_terminal_ctrl_c_stops_the_script_and_it_may_read_the_terminal(tmp_
     code, out = run_in_terminal([*profile_cmd(tmp_path / "second", "--", "python", str(reads)), str(tmp_path)],
                                 [(b"name?", b"bob\n")])
     assert code == 0 and "hello bob" in out, out[-2000:]  # the script's group holds the terminal: no SIGTTIN
+
+
+def test_the_script_stops_when_rlperf_is_killed_outright(tmp_path: Path) -> None:
+    from rlperf.run.files import pid_alive
+
+    script = write(tmp_path, "import os\nopen('pid', 'w').write(str(os.getpid()))\n" +
+                   textwrap.dedent(FOREVER).replace("STOP", f"{time.time() + 60}"))
+    proc = subprocess.Popen(profile_cmd(tmp_path, "--", "python", str(script)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
+        pid = int((tmp_path / "pid").read_text())
+        proc.kill()  # SIGKILL: rlperf can pass nothing on
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), "the script runs on without rlperf"
+    finally:
+        proc.kill()

@@ -1,6 +1,6 @@
 """The process ``rlperf profile -- python SCRIPT [ARGS]`` starts: your script under cProfile.
 
-    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] -- (SCRIPT | -m MODULE) [ARGS...]
+    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] -- (SCRIPT | -m MODULE) [ARGS...]
 
 It runs the script as ``python SCRIPT ARGS`` would (``__main__``, ``sys.argv``, the script's folder
 first on ``sys.path``; ``-m`` as ``python -m`` does, with the working directory first), under
@@ -19,7 +19,9 @@ The script's evidence survives however it ends:
   (SIGKILL, a segfault) leaves the phase timings it had; the parent reads the exit signal itself;
 - the end -- a normal return (after the script's non-daemon threads), ``sys.exit``, an exception,
   Ctrl-C, SIGTERM (the parent's second stop signal), ``os._exit`` -- writes FILE and ``FILE.prof``
-  once, from the process that started the script: a fork of it writes nothing.
+  once, from the process that started the script: a fork of it writes nothing;
+- when rlperf (``--parent``) is killed outright, the script and what it started are stopped as on
+  SIGTERM, and nothing is written.
 
 With ``--torch``, torch.profiler records a window of steps counted by the script's
 ``timer.step_done()`` calls; a script without the phase API gets no trace (the report says so).
@@ -38,6 +40,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from time import perf_counter
@@ -59,6 +62,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--report", required=True)
     parser.add_argument("--no-cprofile", dest="cprofile", action="store_false")
     parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--parent", type=int, help="rlperf's pid: when it is gone, the script stops")
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
@@ -146,14 +150,15 @@ class _Session:
     """What the child gathers while the script runs, and FILE written from it (see the module docstring)."""
 
     def __init__(self, report: Path) -> None:
+        from rlperf.instruments.profilers import GcMonitor
+
         self.report = report
         self.preimported: list[str] = []
-        self.pid = os.getpid()
+        self.pid = os.getpid()  # a fork of the script is not it: it writes nothing
         self.started = perf_counter()
         self.lock = threading.Lock()
         self.finished = False
-        from rlperf.instruments.profilers import GcMonitor
-
+        self.orphaned = False  # rlperf is gone: nobody reads FILE, its folder may be gone too
         self.profiler: Any = None
         self.gc_monitor = GcMonitor()
         self.loop_started: float | None = None
@@ -184,15 +189,29 @@ class _Session:
     def finish(self, code: int, ended: str) -> None:
         """The end, however it came: ``profile.prof`` and FILE, once, from the script's own process."""
         with self.lock:
-            if self.finished or os.getpid() != self.pid:
+            if self.finished or self.orphaned or os.getpid() != self.pid:
                 return
             self.finished = True
-            with contextlib.suppress(ValueError):  # SIGINT now would cut the files short
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            with contextlib.suppress(ValueError):  # a signal now would cut the files short (rlperf ends with SIGKILL)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(signum, signal.SIG_IGN)
             if self.profiler is not None:
                 self.profiler.profile.disable()
                 self.profiler.dump(self.report.with_suffix(".prof"))
             self.write(code, ended)
+
+    def watch_parent(self, parent: int) -> None:
+        """When rlperf is gone (killed outright: it could pass nothing on), stop the script and what it
+        started -- the child's process group -- as on SIGTERM, rather than run on for nobody."""
+        from rlperf.run.files import pid_alive
+
+        def watch() -> None:
+            while pid_alive(parent):
+                time.sleep(0.5)
+            self.orphaned = True
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="rlperf-parent-watch", daemon=True).start()
 
     def write(self, code: int | None, ended: str) -> None:
         """FILE, atomically: the exit code (None while running), the status and what was gathered."""
@@ -237,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     kind, name = _prepare_target(target)
     session = _Session(Path(args.report))
     session.write(None, "running")  # the script starts: from here on how it exits is its own
+    if args.parent is not None:
+        session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
     from rlperf.instruments.profilers import CProfiler
 

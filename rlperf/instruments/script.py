@@ -199,7 +199,8 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
     its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout).
     The child runs in its own process group, which holds the terminal while it runs; SIGINT and
     SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
-    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report)]
+    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
+             "--parent", str(os.getpid())]
     child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
     child += ["--", *target.target]
     root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
