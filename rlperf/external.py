@@ -226,7 +226,7 @@ class PhaseTimer(timers.PhaseTimer):
             seconds = wall - previous[1]
             out.append({"env_steps": steps * num_envs, "wall_s": round(wall, 6), "episodes": None,
                         "mean_episode_length": None,
-                        "s_per_1000_env_steps": 1000 * seconds / env_steps if env_steps > 0 else None,
+                        "s_per_1000_env_steps": 1000 * seconds / env_steps if env_steps > 0 and seconds > 0 else None,
                         "phase_s": {name: phases.get(name, 0.0) - previous[2].get(name, 0.0) for name in used}})
             previous = (steps, wall, phases)
         return out

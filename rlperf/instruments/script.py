@@ -1,8 +1,9 @@
 """``rlperf profile -- python SCRIPT [ARGS]``: your own script under the instruments.
 
 The script runs in a child process (:mod:`rlperf.instruments.child`) under cProfile, the GC
-monitor and optionally py-spy (which starts it) and torch.profiler; its output and exit code are
-its own, Ctrl-C stops it cleanly. This side checks the command, runs the child, and writes the
+monitor and optionally py-spy (which starts it) and torch.profiler, in its own process group that
+holds the terminal; its output and exit code are its own (128 + N when signal N killed it), and
+rlperf's SIGINT/SIGTERM reach it (:class:`_Stopper`). This side checks the command, runs the child, and writes the
 run directory: ``profile.prof``, the py-spy files, ``trace.json``, and a ``kind: "external"``
 record with the script's phase timings (when it used :class:`rlperf.PhaseTimer`), its top
 functions with its own code marked, and the advisor's findings (:mod:`rlperf.instruments.foreign`).
