@@ -168,3 +168,37 @@ def test_the_interval_limit_is_the_run_records() -> None:
     from rlperf.run import record
 
     assert MAX_INTERVALS == record.MAX_INTERVALS
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _has_cuda(), reason="needs CUDA")
+def test_on_cuda_sync_mode_nests_events_mode_times_threads_and_a_missing_device_is_refused() -> None:
+    import torch
+
+    a = torch.randn(512, 512, device="cuda")
+    timer = rlperf.PhaseTimer("cuda", mode="sync")
+    for _ in range(5):
+        with timer.phase("train"):
+            a @ a
+            with timer.phase("backward"):
+                for _ in range(8):
+                    a @ a
+        timer.step_done()
+    stats = timer.stats()
+    assert timer.nested == {"backward": "train"} and stats["backward"].total_s > stats["train"].total_s
+    events = rlperf.PhaseTimer("cuda")
+    assert events.mode == "events"
+    with events.phase("step"):
+        a @ a
+    events.step_done()
+    assert events.stats()["step"].calls == 1
+    with pytest.raises(DeviceError, match="CUDA device"):
+        rlperf.PhaseTimer(f"cuda:{torch.cuda.device_count()}")
