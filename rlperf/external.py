@@ -12,27 +12,102 @@ and, to keep the result, ``timer.save("runs", num_envs=envs.num_envs)``: a run d
 table comes with cProfile's top functions and the advisor, without ``save``.
 
 :class:`PhaseTimer` is :class:`rlperf.timers.PhaseTimer` (the timer rlperf's own loop uses: the
-same modes, warm-up, free when ``enabled=False``) plus :meth:`PhaseTimer.save`. Importing
+same modes, warm-up, free when ``enabled=False``) plus what a script written by anyone needs:
+nested phases (timed as self time), threads (each entry timed on its own thread), per-interval
+phase series in the record, and :meth:`PhaseTimer.save`. Importing
 ``rlperf`` imports none of this; ``rlperf.PhaseTimer`` does, and a CPU timer never imports torch.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import numbers
 import os
 import platform
 import resource
 import sys
-import weakref
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from rlperf import timers
+from rlperf.errors import ConfigError, DeviceError
 
-_TIMERS: weakref.WeakSet[PhaseTimer] = weakref.WeakSet()
-# Set by ``rlperf profile -- python ...`` (rlperf.instruments.child): called after every step_done().
+MAX_NUM_ENVS = 1 << 30
+"""The most envs one ``step_done()`` may stand for in a record (a billion boards is past any machine)."""
+
+MAX_INTERVALS = 128
+"""Rows a record's ``intervals`` keeps: :data:`rlperf.run.record.MAX_INTERVALS` (that module imports
+torch; a test keeps the two equal)."""
+
+# Set by ``rlperf profile -- python ...`` (rlperf.instruments.child): every timer made is kept in this
+# list (strongly: a timer inside the script's main() is gone with its frame otherwise), and
+# _on_step is called after every step_done().
+_collected: list[PhaseTimer] | None = None
 _on_step: Callable[[PhaseTimer], None] | None = None
+
+
+class _ThreadPhase:
+    """A phase of the public timer: its start times are per thread (two threads in the same phase both
+    count), and a phase entered inside another counts as the outer phase's *self* time (its time
+    without the inner's), so the phases' totals add up to the measured time once.
+
+    Each thread keeps a stack of its open entries, ``[name, start, seconds nested in it]`` (start:
+    ``perf_counter`` seconds, or a CUDA event in events mode)."""
+
+    __slots__ = ("_mode", "_timer", "inner", "name")
+
+    def __init__(self, inner: timers._Phase, timer: PhaseTimer) -> None:
+        self.inner = inner  # owns the samples
+        self.name = inner.name
+        self._timer = timer
+        self._mode = timer.mode
+
+    def __enter__(self) -> _ThreadPhase:
+        timer = self._timer
+        try:
+            entries = timer._local.entries
+        except AttributeError:
+            entries = timer._local.entries = []
+        if self._mode == "cpu":
+            entries.append([self.name, perf_counter(), 0.0])
+        elif self._mode == "sync":
+            timer._cuda.synchronize(timer.device)
+            entries.append([self.name, perf_counter(), 0.0])
+        else:
+            if entries:
+                raise ConfigError(f"phase {self.name!r} inside phase {entries[-1][0]!r}: CUDA events cannot "
+                                  "time nested phases", hint='use PhaseTimer(device, mode="sync") to nest phases')
+            start = timer._event()
+            start.record(timer._cuda.current_stream(timer.device))
+            entries.append([self.name, start, 0.0])
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        timer = self._timer
+        entries = timer._local.entries
+        _, start, nested = entries.pop()
+        if self._mode == "events":
+            end = timer._event()
+            end.record(timer._cuda.current_stream(timer.device))
+            with timer._lock:
+                timer._pending.append((self.inner, start, end))
+            if len(timer._pending) >= timers._MAX_PENDING:
+                timer.flush()
+            return
+        if self._mode == "sync":
+            timer._cuda.synchronize(timer.device)
+        seconds = perf_counter() - start
+        with timer._lock:
+            self.inner._add(seconds - nested)
+        if entries:
+            outer = entries[-1]
+            outer[2] += seconds
+            if self.name not in timer.nested:
+                timer.nested[self.name] = outer[0]
 
 
 class PhaseTimer(timers.PhaseTimer):
@@ -41,33 +116,126 @@ class PhaseTimer(timers.PhaseTimer):
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or a ``torch.device``: where the timed
             work runs. On CUDA, ``mode="events"`` (the default there: CUDA events, no host sync in
-            the loop) or ``"sync"`` (synchronize at each phase edge: exact attribution).
+            the loop) or ``"sync"`` (synchronize at each phase edge: exact attribution). A CUDA
+            device this machine does not have is refused here, not at the first phase.
         mode: ``"auto"``, ``"sync"``, ``"events"``, ``"cpu"`` or ``"off"``.
         enabled: ``False`` makes every ``phase()`` one shared null context: free.
         warmup_steps: the first steps, timed apart and left out of the statistics.
+        interval_s: the record's ``intervals`` close a row at the first ``step_done()`` this many
+            seconds after the last one (at most :data:`MAX_INTERVALS` rows, merged evenly).
 
     Phases are any names; ``select``, ``step``, ``push``, ``train`` and ``log`` are listed first, in
-    that order. Read the statistics with :meth:`stats`, write a record with :meth:`save`.
+    that order. A phase may be entered inside another (its time is then the outer phase's self time,
+    and :attr:`nested` maps it to the outer one; CUDA ``events`` mode refuses nesting) and from
+    several threads at once (each entry is timed on its own thread). Read the statistics with
+    :meth:`stats`, write a record with :meth:`save`.
     """
 
-    def __init__(self, device: Any = "cpu", mode: str = "auto", enabled: bool = True, warmup_steps: int = 0) -> None:
+    _lock: threading.Lock
+    _local: threading.local
+    interval_s: float
+    _born: float
+    _interval_end: float
+    _last_step: float
+    _closed: int
+    _stride: int
+    num_envs: int
+
+    def __init__(self, device: Any = "cpu", mode: str = "auto", enabled: bool = True, warmup_steps: int = 0,
+                 interval_s: float = 1.0) -> None:
+        if isinstance(interval_s, bool) or not isinstance(interval_s, numbers.Real) or not (
+                math.isfinite(interval_s) and interval_s > 0):
+            raise ConfigError(f"interval_s must be a positive number of seconds, got {interval_s!r}")
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.nested: dict[str, str] = {}
+        """Each phase entered inside another: the phase it was (first) entered in."""
         super().__init__(device, mode=mode, enabled=enabled, warmup_steps=warmup_steps)
+        if self.mode in ("sync", "events"):
+            _check_cuda(self.device, device)
         self.started_at = _now()
-        _TIMERS.add(self)
-        if _on_step is not None and self.enabled:
-            hook, timed_step = _on_step, self.step_done
+        self.interval_s = float(interval_s)
+        self._born = self._interval_end = perf_counter()
+        self._last_step = self._born
+        # Cumulative [steps, seconds since the timer was made, {phase: seconds}] at every _stride-th
+        # closed interval; past 2 x MAX_INTERVALS rows every other one goes and the stride doubles, so
+        # the rows stay evenly spaced and differences between rows are exact interval figures.
+        self._intervals: list[tuple[int, float, dict[str, float]]] = []
+        self._closed = 0
+        self._stride = 1
+        self.num_envs = 1
+        """The envs one ``step_done()`` steps, as last given to :meth:`record` or :meth:`save`."""
+        self._summed: dict[str, list[float]] = {}  # phase -> [measured samples summed, warm-up ones, seconds]
+        if _collected is not None:
+            _collected.append(self)
 
-            def step_done() -> None:
-                timed_step()
-                hook(self)
+    def _add_phase(self, name: str) -> None:
+        super()._add_phase(name)
+        for stage in (self._measured, self._warmup):
+            stage[name] = _ThreadPhase(stage[name], self)
 
-            self.step_done = step_done  # type: ignore[method-assign]
+    def step_done(self) -> None:
+        """Mark the end of one vector step (one iteration of your loop; from one thread)."""
+        super().step_done()
+        now = self._last_step = perf_counter()
+        if now - self._interval_end >= self.interval_s:
+            self._close_interval(now)
+        if _on_step is not None:
+            _on_step(self)
+
+    def _close_interval(self, now: float) -> None:
+        with self._lock:
+            self._interval_end = now
+            self._closed += 1
+            if self._closed % self._stride == 0:
+                self._intervals.append((self.steps, now - self._born, self._phase_seconds()))
+                if len(self._intervals) > 2 * MAX_INTERVALS:  # keep every other row, and note every other one from now on
+                    self._intervals = self._intervals[1::2]
+                    self._stride *= 2
+
+    def _phase_seconds(self) -> dict[str, float]:
+        """Each phase's seconds so far, warm-up included (summing only the samples new since the last call)."""
+        self.flush()
+        measured, warm = self._timed(self._measured), self._timed(self._warmup)
+        out = {}
+        for name, phase in measured.items():
+            summed = self._summed.setdefault(name, [0, 0, 0.0])
+            for i, samples in enumerate((phase.samples, warm[name].samples)):
+                summed[2] += float(samples[int(summed[i]):].sum())
+                summed[i] = samples.shape[0]
+            out[name] = summed[2]
+        return out
+
+    def interval_rows(self, num_envs: int = 1) -> list[dict[str, Any]]:
+        """The record's ``intervals``: per interval (or evenly merged ones past :data:`MAX_INTERVALS`),
+        where it ended (env steps, wall seconds since the timer was made), its seconds per 1000 env
+        steps and each phase's seconds in it. ``episodes`` and ``mean_episode_length`` are None: a
+        timer does not see episodes."""
+        with self._lock:
+            rows = list(self._intervals)
+            if not rows or rows[-1][0] < self.steps:  # the steps since the last closed interval
+                rows.append((self.steps, self._last_step - self._born, self._phase_seconds()))
+        if len(rows) > MAX_INTERVALS:
+            step = len(rows) / MAX_INTERVALS
+            rows = [rows[min(len(rows) - 1, round((i + 1) * step) - 1)] for i in range(MAX_INTERVALS)]
+        used = [name for name, total in rows[-1][2].items() if total > 0] if rows else []
+        out = []
+        previous: tuple[int, float, dict[str, float]] = (0, 0.0, {})
+        for steps, wall, phases in rows:
+            env_steps = (steps - previous[0]) * num_envs
+            seconds = wall - previous[1]
+            out.append({"env_steps": steps * num_envs, "wall_s": round(wall, 6), "episodes": None,
+                        "mean_episode_length": None,
+                        "s_per_1000_env_steps": 1000 * seconds / env_steps if env_steps > 0 and seconds > 0 else None,
+                        "phase_s": {name: phases.get(name, 0.0) - previous[2].get(name, 0.0) for name in used}})
+            previous = (steps, wall, phases)
+        return out
 
     def record(self, name: str = "external", num_envs: int = 1, config: Mapping[str, Any] | None = None,
                command: list[str] | None = None) -> dict[str, Any]:
         """The run record of this timer: ``kind: "external"``, its phases, its throughput (``num_envs``
         env transitions per ``step_done()``), the per-step times the CI gate compares, the system."""
-        return external_record(self, name=name, num_envs=num_envs, config=config, command=command)
+        return external_record(self, name=name, num_envs=check_num_envs(num_envs), config=config, command=command)
 
     def save(self, out: str | Path = "runs", name: str = "external", num_envs: int = 1,
              config: Mapping[str, Any] | None = None) -> Path:
@@ -78,6 +246,7 @@ class PhaseTimer(timers.PhaseTimer):
         from rlperf.atomic import write_json_atomic
         from rlperf.run.files import RECORD_NAME, make_run_dir
 
+        check_num_envs(num_envs)  # before the run directory exists: a refused save writes nothing
         run_dir = make_run_dir(out, name, prefix="external")
         record = self.record(name=run_dir.name, num_envs=num_envs, config=config)
         record["run_dir"] = str(run_dir)
@@ -86,16 +255,38 @@ class PhaseTimer(timers.PhaseTimer):
 
 
 def timers_in_use() -> list[PhaseTimer]:
-    """The public timers alive in this process (what ``rlperf profile -- python ...`` collects)."""
-    return [t for t in _TIMERS if t.steps or t.stats()]
+    """The public timers the script made that timed something (what ``rlperf profile -- python ...`` collects)."""
+    return [t for t in (_collected or ()) if t.steps or any(s.calls for s in t.stats().values())]
 
 
-def external_record(timer: timers.PhaseTimer, name: str = "external", num_envs: int = 1,
+def check_num_envs(num_envs: Any) -> int:
+    """``num_envs`` as the envs one ``step_done()`` steps: a whole number from 1 to :data:`MAX_NUM_ENVS`."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or not 1 <= int(num_envs) <= MAX_NUM_ENVS:
+        raise ConfigError(f"num_envs must be a whole number from 1 to {MAX_NUM_ENVS:,}, got {num_envs!r}",
+                          hint="the envs one step_done() steps, e.g. envs.num_envs")
+    return int(num_envs)
+
+
+def _check_cuda(device: Any, asked: Any) -> None:
+    """Refuse a CUDA timer where that device does not exist (CUDA events would fail at the first phase)."""
+    torch = sys.modules["torch"]  # a CUDA device was resolved with it
+    if not torch.cuda.is_available():
+        raise DeviceError(f"PhaseTimer({asked!r}): CUDA is not available on this machine",
+                          hint='time on "cpu", or "auto" (CUDA where there is one)')
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise DeviceError(f"PhaseTimer({asked!r}): this machine has {torch.cuda.device_count()} CUDA device(s)",
+                          hint="use cuda:0 to cuda:" + str(torch.cuda.device_count() - 1))
+
+
+def external_record(timer: PhaseTimer, name: str = "external", num_envs: int | None = None,
                     config: Mapping[str, Any] | None = None, command: list[str] | None = None,
                     status: str = "completed") -> dict[str, Any]:
-    """A run record from a timer, in the layout of rlperf's own records where they overlap."""
+    """A run record from a timer, in the layout of rlperf's own records where they overlap (``num_envs``
+    None: the timer's own, as the script last gave it)."""
     from rlperf.run.files import SCHEMA
 
+    # Unsaid (rlperf profile reading the script's timer): what the script last gave record() or save().
+    num_envs = timer.num_envs = check_num_envs(timer.num_envs if num_envs is None else num_envs)
     timing = timer.to_dict()
     wall = float(timing["wall_s"])
     measured = int(timing["measured_steps"])
@@ -113,13 +304,14 @@ def external_record(timer: timers.PhaseTimer, name: str = "external", num_envs: 
         "system": light_system_info(timer.device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": 0, "measured_steps": measured, "measured_wall_s": wall, "measured_env_steps": env_steps,
-                   "vector_step": timing["vector_step"]},
+                   "vector_step": timing["vector_step"], "nested": dict(timer.nested)},
         "totals": {"vector_steps": timer.steps, "env_steps": timer.steps * num_envs, "num_envs": num_envs,
                    "wall_s": wall + float(timing["warmup_s"]), "warmup_s": timing["warmup_s"]},
         "throughput": {"env_steps_per_s": rate, "steps_per_s": measured / wall if wall > 0 else 0.0,
                        "s_per_1000_env_steps": 1000.0 / rate if rate > 0 else None},
         "phases": {name: stats for name, stats in timing["phases"].items() if stats["calls"]},  # the ones you used
         "memory": {"peak_rss_mb": _peak_rss_mb(), "rss_scope": "process"},
+        "intervals": timer.interval_rows(num_envs),
     }
 
 

@@ -250,7 +250,9 @@ class PhaseTimer:
         timer.stats()["push"].p95_ms
 
     A phase may be entered any number of times per step (``train`` with ``train_ratio`` 0.25 runs
-    every fourth step); each entry is one call. A phase does not nest in itself. Names other than
+    every fourth step); each entry is one call. A phase does not nest in itself (the public
+    :class:`rlperf.PhaseTimer` times nested phases and threads; this one is the loop's, one thread,
+    flat phases, the least work per entry). Names other than
     :data:`PHASES` are accepted and listed after them. ``annotate=True`` also marks each entry as
     a ``phase:<name>`` range for ``torch.profiler``.
     """
@@ -362,7 +364,8 @@ class PhaseTimer:
 
     @staticmethod
     def _timed(stage: dict[str, Any]) -> dict[str, _Phase]:
-        return {name: (p.inner if isinstance(p, _Annotated) else p) for name, p in stage.items()}
+        """The phases that own the samples, under any wrapper (an :class:`_Annotated`, the public timer's)."""
+        return {name: getattr(p, "inner", p) for name, p in stage.items()}
 
     @property
     def measured_steps(self) -> int:

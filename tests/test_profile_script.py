@@ -142,6 +142,7 @@ def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
         (["--config", "naive", "--", "python", "x.py"], "--config applies to rlperf's own loop"),
         (["--verify", "1", "--", "python", "x.py"], "--verify applies to rlperf's own loop"),
         (["python", "x.py"], "put your command after --"),
+        (["--"], "nothing to run after --"),  # not rlperf's own loop with the default config
     ],
 )
 def test_bad_commands_are_one_line_exit_2_and_write_nothing(args: list[str], message: str, tmp_path: Path,

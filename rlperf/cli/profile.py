@@ -48,14 +48,7 @@ def profile(
     from rlperf.instruments.profilers import ProfileOptions
 
     options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_)
-    options.check()
-    if native and not py_spy:
-        raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
-    if verify < 0:
-        raise RlperfError(f"--verify must be 0 or more, got {verify}")
-    from rlperf.run.files import check_run_name
-
-    check_run_name(run.name)
+    _check_arguments(ctx, options, py_spy, native, verify, run)
     if script:
         _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
 
@@ -120,6 +113,20 @@ def profile(
             draw_run(record, quiet=run.quiet)
     raise typer.Exit(code)
 
+
+def _check_arguments(ctx: typer.Context, options: Any, py_spy: bool, native: bool, verify: int, run: RunArgs) -> None:
+    """What is refused before anything runs, whichever loop is profiled."""
+    options.check()
+    if native and not py_spy:
+        raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
+    if verify < 0:
+        raise RlperfError(f"--verify must be 0 or more, got {verify}")
+    from rlperf.run.files import check_run_name
+
+    check_run_name(run.name)
+    if ctx.meta.get("rlperf.after_dashdash") == []:  # "--" and nothing after it: not the default config
+        raise RlperfError("nothing to run after --", hint="write: rlperf profile [OPTIONS] -- python SCRIPT [ARGS...], "
+                          "or leave out -- to profile rlperf's own loop")
 
 def _run_pyspy_child(cfg: Any, record_path: str, options: Any, argv: list[str], run: RunArgs, stop: Any) -> None:
     """The py-spy child: run under the instruments and hand the record to the parent in a file."""
@@ -196,6 +203,8 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
     else:
         render_script_profile(result.record, run.quiet)
+    if result.record["script"]["ended"]:
+        print(f"rlperf: the script was {result.record['script']['ended']}", file=sys.stderr)
     if run.plot:
         from rlperf.cli.figures import draw_run
 

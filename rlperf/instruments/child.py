@@ -1,15 +1,27 @@
 """The process ``rlperf profile -- python SCRIPT [ARGS]`` starts: your script under cProfile.
 
-    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] -- (SCRIPT | -m MODULE) [ARGS...]
+    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] -- (SCRIPT | -m MODULE) [ARGS...]
 
 It runs the script as ``python SCRIPT ARGS`` would (``__main__``, ``sys.argv``, the script's folder
 first on ``sys.path``; ``-m`` as ``python -m`` does, with the working directory first), under
 cProfile and the GC monitor (the installed packages the script imports at its top are imported
-first, outside the profile: import time is not the loop's), and when it ends -- normally, by
-``sys.exit``, an exception or Ctrl-C -- writes FILE (what the parent reads: the exit code, the GC
-figures, the thread settings, the phase timers the script created with :class:`rlperf.PhaseTimer`)
-and ``FILE.prof`` beside it, then exits with the script's code. The script's output is its own:
-stdout and stderr are inherited.
+first, outside the profile: import time is not the loop's), and writes FILE: what the parent reads
+(the exit code, the GC figures, the thread settings, the phase timers the script created with
+:class:`rlperf.PhaseTimer`) and ``FILE.prof`` beside it. The script's output is its own: stdout
+and stderr are inherited.
+
+The script's evidence survives however it ends:
+
+- every timer the script makes is kept (a strong reference), so a timer inside ``main()``, a class
+  or a thread is still there when the script's frames are gone;
+- FILE is written when the script starts (``status: "running"``) and refreshed from the script's
+  ``timer.step_done()`` calls every :data:`SNAPSHOT_S` seconds or more, so a script killed outright
+  (SIGKILL, a segfault) leaves the phase timings it had; the parent reads the exit signal itself;
+- the end -- a normal return (after the script's non-daemon threads), ``sys.exit``, an exception,
+  Ctrl-C, SIGTERM (the parent's second stop signal), ``os._exit`` -- writes FILE and ``FILE.prof``
+  once, from the process that started the script: a fork of it writes nothing;
+- when rlperf (``--parent``) is killed outright, the script and what it started are stopped as on
+  SIGTERM, and nothing is written.
 
 With ``--torch``, torch.profiler records a window of steps counted by the script's
 ``timer.step_done()`` calls; a script without the phase API gets no trace (the report says so).
@@ -20,10 +32,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
+import platform
 import runpy
+import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from time import perf_counter
@@ -31,6 +48,10 @@ from typing import Any
 
 TORCH_WINDOW = (10, 1, 5)
 """torch.profiler schedule over the script's steps: skip 10, warm up 1, record 5."""
+
+SNAPSHOT_S = 5.0
+"""Least seconds between two snapshots of the script's timers in FILE (each costs a percentile pass
+over the samples; the gap grows to 50 times the last snapshot's cost)."""
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -41,6 +62,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--report", required=True)
     parser.add_argument("--no-cprofile", dest="cprofile", action="store_false")
     parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--parent", type=int, help="rlperf's pid: when it is gone, the script stops")
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
@@ -60,7 +82,6 @@ class _TorchWindow:
     """torch.profiler stepped by the script's PhaseTimer.step_done() calls."""
 
     def __init__(self, trace: Path) -> None:
-        from rlperf import external
         from rlperf.instruments.profilers import TorchProfiler, TorchWindow
 
         import torch
@@ -70,13 +91,19 @@ class _TorchWindow:
                                       TorchWindow(wait=wait, warmup=warm, active=active), trace)
         self.stepped: Any = None
 
-        def on_step(timer: Any) -> None:
-            if self.stepped is None:
-                self.stepped = timer
-            if timer is self.stepped:  # one timer drives the schedule
-                self.profiler.step()
+    def on_step(self, timer: Any) -> None:
+        if self.stepped is None:
+            self.stepped = timer
+        if timer is self.stepped:  # one timer drives the schedule
+            self.profiler.step()
 
-        external._on_step = on_step
+
+class _Terminated(BaseException):
+    """SIGTERM while the script runs (rlperf's second stop signal): it ends like Ctrl-C, profile kept."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 def preimport(kind: str, name: str) -> list[str]:
@@ -119,45 +146,170 @@ def preimport(kind: str, name: str) -> list[str]:
     return done
 
 
+class _Session:
+    """What the child gathers while the script runs, and FILE written from it (see the module docstring)."""
+
+    def __init__(self, report: Path) -> None:
+        from rlperf.instruments.profilers import GcMonitor
+
+        self.report = report
+        self.preimported: list[str] = []
+        self.pid = os.getpid()  # a fork of the script is not it: it writes nothing
+        self.started = perf_counter()
+        self.lock = threading.Lock()
+        self.finished = False
+        self.orphaned = False  # rlperf is gone: nobody reads FILE, its folder may be gone too
+        self.profiler: Any = None
+        self.gc_monitor = GcMonitor()
+        self.loop_started: float | None = None
+        self.window: _TorchWindow | None = None
+        self.timers: list[Any] = []
+        self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
+        try:  # numpy missing: the script cannot make a PhaseTimer either, and its profile goes on without
+            from rlperf import external
+        except ImportError:
+            return
+        external._collected = self.timers
+        external._on_step = self.on_step
+
+    def on_step(self, timer: Any) -> None:
+        """After each of the script's ``step_done()`` calls: the torch window, and now and then a snapshot."""
+        if self.window is not None:
+            self.window.on_step(timer)
+        now = perf_counter()
+        if now >= self.next_snapshot and os.getpid() == self.pid and self.lock.acquire(blocking=False):
+            try:
+                if not self.finished:
+                    self.write(None, "running")
+                    spent = perf_counter() - now
+                    self.next_snapshot = perf_counter() + max(SNAPSHOT_S, 50 * spent)
+            finally:
+                self.lock.release()
+
+    def finish(self, code: int, ended: str) -> None:
+        """The end, however it came: ``profile.prof`` and FILE, once, from the script's own process."""
+        with self.lock:
+            if self.finished or self.orphaned or os.getpid() != self.pid:
+                return
+            self.finished = True
+            with contextlib.suppress(ValueError):  # a signal now would cut the files short (rlperf ends with SIGKILL)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(signum, signal.SIG_IGN)
+            if self.profiler is not None:
+                self.profiler.profile.disable()
+                self.profiler.dump(self.report.with_suffix(".prof"))
+            self.write(code, ended)
+
+    def watch_parent(self, parent: int) -> None:
+        """When rlperf is gone (killed outright: it could pass nothing on), stop the script and what it
+        started -- the child's process group -- as on SIGTERM, rather than run on for nobody."""
+        from rlperf.run.files import pid_alive
+
+        def watch() -> None:
+            while pid_alive(parent):
+                time.sleep(0.5)
+            self.orphaned = True
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="rlperf-parent-watch", daemon=True).start()
+
+    def write(self, code: int | None, ended: str) -> None:
+        """FILE, atomically: the exit code (None while running), the status and what was gathered."""
+        torch = sys.modules.get("torch")
+        external = sys.modules.get("rlperf.external")
+        timers = external.timers_in_use() if external is not None else []
+        wall = perf_counter() - self.started
+        gc = self.gc_monitor.to_dict()
+        if not self.gc_monitor.wall_s:  # still running (a snapshot, os._exit): the loop so far
+            loop = perf_counter() - self.loop_started if self.loop_started is not None else 0.0
+            gc.update(loop_wall_s=loop, share_of_loop=self.gc_monitor.total_s / loop if loop > 0 else 0.0)
+        data: dict[str, Any] = {
+            "exit_code": code,
+            "status": ended,
+            "wall_s": wall,
+            "argv": sys.argv,
+            "gc": gc,
+            "system": (external.light_system_info(timers[0].device if timers else "cpu") if external is not None
+                       else {"python": platform.python_version(), "platform": platform.platform(), "device": "cpu"}),
+            "torch_imported": torch is not None,
+            "timers": [external.external_record(t, status=ended) for t in timers] if external is not None else [],
+            "loadavg_1m": os.getloadavg()[0],
+            "preimported": self.preimported,
+        }
+        window = self.window
+        if window is not None:
+            if window.profiler.recorded:
+                data["torch"] = window.profiler.to_dict(20)
+            else:
+                data["torch"] = {"recorded": False, "note": (
+                    "torch.profiler counts steps with timer.step_done() (rlperf.PhaseTimer); this script "
+                    "made none" if window.stepped is None else
+                    f"the script made {window.profiler.steps} steps, fewer than the window needs "
+                    f"(steps {window.profiler.window.first}–{window.profiler.window.last})")}
+        tmp = self.report.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
+        tmp.replace(self.report)
+
+
 def main(argv: list[str] | None = None) -> None:
     args, target = parse(list(sys.argv[1:] if argv is None else argv))
-    report = Path(args.report)
     kind, name = _prepare_target(target)
-    preimported = preimport(kind, name)
-    from rlperf.instruments.profilers import CProfiler, GcMonitor
+    session = _Session(Path(args.report))
+    session.write(None, "running")  # the script starts: from here on how it exits is its own
+    if args.parent is not None:
+        session.watch_parent(args.parent)
+    session.preimported = preimport(kind, name)
+    from rlperf.instruments.profilers import CProfiler
 
-    profiler = CProfiler() if args.cprofile else None
-    gc_monitor = GcMonitor()
-    window = _TorchWindow(report.with_suffix(".trace.json")) if args.torch else None
-    code: int = 0
-    ended = "completed"
-    started = perf_counter()
+    session.profiler = CProfiler() if args.cprofile else None
+    session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None
+    faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
+    exit_now = os._exit
+
+    def _exit(status: int) -> None:  # os._exit skips every finally: the profile is written first
+        session.finish(status, "completed" if status == 0 else "failed")
+        exit_now(status)
+
+    os._exit = _exit  # type: ignore[assignment]
+    signal.signal(signal.SIGTERM, _terminate)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(gc_monitor.running())
-        if window is not None:
-            stack.enter_context(window.profiler.running())
-        if profiler is not None:
-            stack.enter_context(profiler.running())
-        try:
-            if kind == "module":
-                runpy.run_module(name, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(name, run_name="__main__")
-        except SystemExit as exc:
-            code = _exit_code(exc.code)
-            ended = "completed" if code == 0 else "failed"
-        except KeyboardInterrupt:
-            code, ended = 130, "interrupted"
-            print("KeyboardInterrupt", file=sys.stderr)
-        except BaseException:  # the script's own error: shown as python shows it, and the profile is kept
-            traceback.print_exc()
-            code, ended = 1, "failed"
-    wall = perf_counter() - started
-    if profiler is not None:
-        profiler.dump(report.with_suffix(".prof"))
-    _write_report(report, code, ended, wall, gc_monitor, window, preimported)
-    sys.stdout.flush()
+        stack.enter_context(session.gc_monitor.running())
+        if session.window is not None:
+            stack.enter_context(session.window.profiler.running())
+        if session.profiler is not None:
+            stack.enter_context(session.profiler.running())
+        session.loop_started = perf_counter()
+        code, ended = _run(kind, name)
+    session.finish(code, ended)
+    with contextlib.suppress(ValueError, OSError):  # the script may have closed stdout (python -m json.tool does)
+        sys.stdout.flush()
     sys.exit(code)
+
+
+def _run(kind: str, name: str) -> tuple[int, str]:
+    """Run the script as python would, and wait for its non-daemon threads as python does at exit;
+    returns its exit code and status (completed, failed, interrupted)."""
+    try:
+        if kind == "module":
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(name, run_name="__main__")
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+        return code, "completed" if code == 0 else "failed"
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", file=sys.stderr)
+        return 130, "interrupted"
+    except _Terminated:
+        print("Terminated", file=sys.stderr)
+        return 143, "interrupted"
+    except BaseException:  # the script's own error: shown as python shows it, and the profile is kept
+        traceback.print_exc()
+        return 1, "failed"
+    return 0, "completed"
 
 
 def _exit_code(value: Any) -> int:
@@ -167,38 +319,6 @@ def _exit_code(value: Any) -> int:
         return value
     print(value, file=sys.stderr)  # sys.exit("message"): python prints it and exits 1
     return 1
-
-
-def _write_report(report: Path, code: int, ended: str, wall: float, gc_monitor: Any, window: Any,
-                  preimported: list[str]) -> None:
-    from rlperf.external import external_record, light_system_info, timers_in_use
-
-    torch = sys.modules.get("torch")
-    timers = timers_in_use()
-    data: dict[str, Any] = {
-        "exit_code": code,
-        "status": ended,
-        "wall_s": wall,
-        "argv": sys.argv,
-        "gc": gc_monitor.to_dict(),
-        "system": light_system_info(timers[0].device if timers else "cpu"),
-        "torch_imported": torch is not None,
-        "timers": [external_record(t, status=ended) for t in timers],
-        "loadavg_1m": os.getloadavg()[0],
-        "preimported": preimported,
-    }
-    if window is not None:
-        if window.profiler.recorded:
-            data["torch"] = window.profiler.to_dict(20)
-        else:
-            data["torch"] = {"recorded": False, "note": (
-                "torch.profiler counts steps with timer.step_done() (rlperf.PhaseTimer); this script "
-                "made none" if window.stepped is None else
-                f"the script made {window.profiler.steps} steps, fewer than the window needs "
-                f"(steps {window.profiler.window.first}–{window.profiler.window.last})")}
-    tmp = report.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
-    tmp.replace(report)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """``rlperf profile -- python SCRIPT [ARGS]``: your own script under the instruments.
 
 The script runs in a child process (:mod:`rlperf.instruments.child`) under cProfile, the GC
-monitor and optionally py-spy (which starts it) and torch.profiler; its output and exit code are
-its own, Ctrl-C stops it cleanly. This side checks the command, runs the child, and writes the
+monitor and optionally py-spy (which starts it) and torch.profiler, in its own process group that
+holds the terminal; its output and exit code are its own (128 + N when signal N killed it), and
+rlperf's SIGINT/SIGTERM reach it (:class:`_Stopper`). This side checks the command, runs the child, and writes the
 run directory: ``profile.prof``, the py-spy files, ``trace.json``, and a ``kind: "external"``
 record with the script's phase timings (when it used :class:`rlperf.PhaseTimer`), its top
 functions with its own code marked, and the advisor's findings (:mod:`rlperf.instruments.foreign`).
@@ -11,17 +12,22 @@ Nothing here imports torch: the script pays for its own imports, rlperf does not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlperf.errors import RlperfError
 from rlperf.instruments.advisor import effective_cpus
@@ -39,6 +45,10 @@ from rlperf.instruments.profilers import (
     user_code,
 )
 from rlperf.atomic import write_json_atomic
+from rlperf.run.signals import signal_name
+
+if TYPE_CHECKING:
+    from rlperf.instruments.foreign import ScriptProfile
 
 
 @dataclass
@@ -105,15 +115,93 @@ def parse_script_command(command: list[str]) -> ScriptTarget:
     return ScriptTarget(python, flags, rest, list(command))
 
 
+GRACE_S = 5.0
+"""Seconds a stopping script gets before the next, harder signal (after a SIGTERM to rlperf, or a
+second stop signal)."""
+
+_LADDER = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+
+
+class _Stopper:
+    """rlperf's stop signals, passed on to the script's process group (the script and whatever it
+    started) one rung harder each time: Ctrl-C (the script stops and keeps its profile), SIGTERM
+    (the child ends a script that ignores Ctrl-C the same way), SIGKILL. After a SIGTERM to rlperf,
+    or a second signal, the next rung follows by itself :data:`GRACE_S` seconds later."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.received: list[int] = []
+        self.sent = 0
+        self.next_at: float | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        self._escalate()
+        if signum == signal.SIGTERM or len(self.received) > 1:
+            self.next_at = time.monotonic() + GRACE_S
+
+    def _escalate(self) -> None:
+        rung = _LADDER[min(self.sent, len(_LADDER) - 1)]
+        self.sent += 1
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, rung)
+
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.proc.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                if self.next_at is not None and time.monotonic() >= self.next_at:
+                    self._escalate()
+                    self.next_at = time.monotonic() + GRACE_S
+
+    @property
+    def signum(self) -> int | None:
+        """The first stop signal rlperf received (None: none)."""
+        return self.received[0] if self.received else None
+
+
+@contextlib.contextmanager
+def _terminal_to(pgid: int) -> Iterator[None]:
+    """Hand the terminal to the script's process group while it runs, as a shell does for a job: its
+    Ctrl-C goes to the script, and the script may read the terminal. Nothing to do without one."""
+    try:
+        fd = sys.stdin.fileno()
+        ours = os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        yield
+        return
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may then set the terminal
+    try:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, pgid)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, os.getpgrp())
+        signal.signal(signal.SIGTTOU, previous)
+
+
+@dataclass
+class ChildEnd:
+    """How the child process ended: its return code (negative: killed by that signal), the stop
+    signal rlperf received (None: none) and py-spy's own output lines."""
+
+    returncode: int
+    signum: int | None
+    spy_lines: list[str]
+
+
 def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
-                     pyspy: tuple[str, Path, bool] | None = None) -> list[str]:
+                     pyspy: tuple[str, Path, bool] | None = None) -> ChildEnd:
     """Run the script in its child process (under py-spy when ``pyspy`` = (py-spy, recording, native)),
     its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout).
-    Ctrl-C reaches the script (same process group), which stops and keeps its profile; a SIGTERM to
-    rlperf is passed on as Ctrl-C. Returns py-spy's own output lines."""
-    import signal
-
-    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report)]
+    The child runs in its own process group, which holds the terminal while it runs; SIGINT and
+    SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
+    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
+             "--parent", str(os.getpid())]
     child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
     child += ["--", *target.target]
     root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
@@ -122,23 +210,25 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
         child = pyspy_command(pyspy[0], pyspy[1], child, native=pyspy[2])
         env.update(pyspy_env())
     pipe = pyspy is not None  # py-spy talks on stdout: its lines are kept back
-    proc = subprocess.Popen(child, env=env, stdout=subprocess.PIPE if pipe else (sys.stderr if quiet_stdout else None))
+    proc = subprocess.Popen(child, env=env, stdout=subprocess.PIPE if pipe else (sys.stderr if quiet_stdout else None),
+                            process_group=0)
+    stopper = _Stopper(proc)
     spy_lines: list[str] = []
     reader = None
     if pipe:
         reader = threading.Thread(target=_pass_through, args=(proc, sys.stderr if quiet_stdout else sys.stdout, spy_lines),
                                   daemon=True)
         reader.start()
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, lambda s, f: None),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(signal.SIGINT))}
+    previous = {signum: signal.signal(signum, stopper) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc.wait()
+        with _terminal_to(proc.pid):
+            returncode = stopper.wait()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if reader is not None:
         reader.join(timeout=5)
-    return spy_lines
+    return ChildEnd(returncode, stopper.signum, spy_lines)
 
 
 def _pass_through(proc: subprocess.Popen[bytes], out: Any, spy_lines: list[str]) -> None:
@@ -176,9 +266,9 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     cProfile (and py-spy, torch.profiler), then write a run directory with ``profile.prof``, the
     py-spy files and a ``kind: "external"`` record holding the script's phase timings (when it used
     :class:`rlperf.PhaseTimer`), its top functions with its own code marked, and the advisor's
-    findings on them. The exit code is the script's."""
-    from rlperf.external import _now as now
-    from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
+    findings on them. The exit code is the script's: 128 + N when it was killed by signal N, 130 / 143
+    when a SIGINT / SIGTERM to rlperf stopped it. However the script ends, its run directory holds a
+    record saying so; a child that could not start leaves nothing."""
     from rlperf.run.files import make_run_dir
 
     options = options or ProfileOptions()
@@ -188,16 +278,33 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     pyspy_path = find_pyspy() if py_spy else None
     skipped = f"not found on PATH ({PYSPY_HINT})" if py_spy and pyspy_path is None else None
     run_dir = make_run_dir(out, name or target.name, prefix="profile")
+    try:
+        record = _profile_into(run_dir, target, options, quiet_stdout, command, pyspy_path, native, skipped)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # made here, and holds no record: nothing half-written stays
+        raise
+    write_json_atomic(run_dir / "run.json", record)
+    return ScriptRun(run_dir, record, record["exit_code"])
+
+
+def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, quiet_stdout: bool,
+                  command: list[str] | None, pyspy_path: str | None, native: bool,
+                  skipped: str | None) -> dict[str, Any]:
+    """Run the script's child and build its record in ``run_dir`` (the files the run left, the advisor's findings)."""
+    from rlperf.external import _now as now
+    from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
+
     started = now()
     with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
         report = Path(scratch) / "child.json"
         recording = Path(scratch) / "pyspy.speedscope.json"
-        spy_lines = run_script_child(target, report, options, quiet_stdout,
-                                     (pyspy_path, recording, native) if pyspy_path else None)
+        end = run_script_child(target, report, options, quiet_stdout,
+                               (pyspy_path, recording, native) if pyspy_path else None)
         if not report.is_file():
-            raise RlperfError(f"{target.command[0]} could not start the profiled child (is rlperf importable by it?)",
+            raise RlperfError(f"{target.command[0]} could not start the profiled child (exit code "
+                              f"{_exit_code(end.returncode)}; is rlperf importable by it?)",
                               hint="run with the python rlperf is installed for")
-        child = json.loads(report.read_text(encoding="utf-8"))
+        child = _child_end(json.loads(report.read_text(encoding="utf-8")), end)
         prof, trace = report.with_suffix(".prof"), report.with_suffix(".trace.json")
         if prof.is_file():
             shutil.move(str(prof), run_dir / "profile.prof")
@@ -209,11 +316,13 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
             if recording.is_file() and recording.stat().st_size > 0:
                 attach_pyspy(record, recording, native)
             else:
-                skipped = pyspy_failure(spy_lines)
+                skipped = pyspy_failure(end.spy_lines)
     if skipped:
         section["py_spy"] = {"skipped": skipped}
-    calls = _script_calls(run_dir, target) if options.cprofile else None
-    findings = advise_script(record, calls, child["gc"], script_steps(record, calls))
+    calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None
+    steps = script_steps(record, calls) or (loop_iterations(ScriptProfile(calls)) if calls is not None else None)
+    record["script"]["steps"] = {"count": steps[0], "basis": steps[1]} if steps else None
+    findings = advise_script(record, calls, child["gc"], steps)
     # Savings are shares of the script's own work: its profiled time without imports.
     worked = ScriptProfile(calls).total if calls is not None else child["wall_s"]
     section["advisor"] = {"findings": [f.as_dict() for f in findings],
@@ -221,8 +330,50 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
                           "this script's profile",
                           "measured_phase_s": worked}
     record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
-    write_json_atomic(run_dir / "run.json", record)
-    return ScriptRun(run_dir, record, int(child["exit_code"]))
+    return record
+
+
+def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
+    """The iterations of the script's loop, where nothing counts steps (no timer, an env written as
+    functions without a ``step`` method): in your function that runs once and holds most of the
+    script's time, the call count most of its callees share (a loop body calls its parts once per
+    iteration), the larger on a tie. None when no two callees share a count."""
+    from rlperf.instruments.foreign import where
+
+    for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1), key=p.cumtime, reverse=True):
+        if p.cumtime(fn) < 0.5 * p.total:
+            break
+        shared = Counter(n for _, n, _ in p.callees.get(fn, []) if n >= 2)
+        if not shared:
+            continue
+        count, callees = max(shared.items(), key=lambda item: (item[1], item[0]))
+        if callees >= 2:
+            return count, f"iterations of the loop in {where(fn)} ({callees} functions it calls ran {count:,} times each)"
+    return None
+
+
+def _exit_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: 128 + N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _child_end(child: dict[str, Any], end: ChildEnd) -> dict[str, Any]:
+    """The child's report with how it really ended. A report still ``running`` is from a child that
+    ended without a word (SIGKILL, a segfault, a C-level exit): its exit code and signal are the
+    process's own, and the phase timings are its last snapshot. A stop signal to rlperf makes the
+    exit code 128 + that signal (130, 143), unless the script failed with a code of its own."""
+    child = dict(child)
+    killed_by = signal_name(-end.returncode) if end.returncode < 0 else None
+    if child["status"] == "running":
+        child["exit_code"] = _exit_code(end.returncode)
+        child["status"] = ("interrupted" if end.signum is not None else
+                           "completed" if end.returncode == 0 else "failed")
+        child["ended"] = (f"killed by {killed_by}" if killed_by else f"ended with exit code {end.returncode}") + (
+            " before it could write its profile; the phase timings are its last snapshot")
+    if end.signum is not None and (child["status"] != "failed" or killed_by):
+        child["exit_code"], child["status"] = 128 + end.signum, "interrupted"
+    child["signal"] = killed_by
+    return child
 
 
 def _script_record(child: dict[str, Any], target: ScriptTarget, run_dir: Path, started: str,
@@ -237,7 +388,7 @@ def _script_record(child: dict[str, Any], target: ScriptTarget, run_dir: Path, s
     record.update(name=run_dir.name, run_dir=str(run_dir), status=child["status"], exit_code=child["exit_code"],
                   command=list(command or sys.argv), started_at=started, system=child["system"],
                   script={"command": target.command, "argv": child["argv"], "cwd": os.getcwd(), "wall_s": child["wall_s"],
-                          "phase_timers": len(timers)},
+                          "phase_timers": len(timers), "signal": child["signal"], "ended": child.get("ended")},
                   files={"record": "run.json"})
     return record
 

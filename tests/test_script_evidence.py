@@ -1,0 +1,368 @@
+"""``rlperf profile -- python SCRIPT`` keeps the script's evidence however the script is written and
+however it ends: its phase timer wherever it lives, its real exit code or signal, its profile; and
+rlperf's own stop signals reach it. Each script here is a few lines written to tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+       "OMP_NUM_THREADS": "1"}
+
+LOOP = """
+def loop(timer, steps=STEPS):
+    for _ in range(steps):
+        with timer.phase("step"):
+            sum(range(300))
+        timer.step_done()
+"""
+
+
+def write(tmp_path: Path, body: str, steps: int = 30, name: str = "train.py") -> Path:
+    script = tmp_path / name
+    loop = LOOP.replace("STEPS", str(steps)) if "loop(" in body else ""  # a script may define no function at all
+    script.write_text("import rlperf\n" + loop + textwrap.dedent(body))
+    return script
+
+
+def profile_cmd(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path / "runs"), *args]
+
+
+def profile(tmp_path: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(profile_cmd(tmp_path, *args), capture_output=True, text=True, timeout=timeout, env=ENV,
+                          cwd=tmp_path)
+
+
+def record_of(tmp_path: Path) -> dict:
+    (record,) = (tmp_path / "runs").glob("*/run.json")
+    return json.loads(record.read_text())
+
+
+PLACES = {
+    "module level, no function": ("t = rlperf.PhaseTimer('cpu')\nfor _ in range(30):\n    with t.phase('step'):\n"
+                                  "        sum(range(300))\n    t.step_done()\n", 0, "completed"),
+    "inside main()": ("def main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n\nmain()\n", 0, "completed"),
+    "a class attribute": ("class Trainer:\n    timer = rlperf.PhaseTimer('cpu')\n\n"
+                          "def main():\n    loop(Trainer.timer)\n\nmain()\ndel Trainer\n", 0, "completed"),
+    "a thread python waits for": ("import threading\n"
+                                  "def work():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n\n"
+                                  "threading.Thread(target=work).start()\n", 0, "completed"),
+    "main() then sys.exit(1)": ("import sys\ndef main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n    "
+                                "sys.exit(1)\n\nmain()\n", 1, "failed"),
+    "main() raising SystemExit(3)": ("def main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n    "
+                                     "raise SystemExit(3)\n\nmain()\n", 3, "failed"),
+    "main() raising an exception": ("def main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n    "
+                                    "raise ValueError('boom')\n\nmain()\n", 1, "failed"),
+    "main() stopped by Ctrl-C": ("import os, signal\ndef main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n    "
+                                 "os.kill(os.getpid(), signal.SIGINT)\n    loop(t, 10**9)\n\nmain()\n", 130,
+                                 "interrupted"),
+    "main() ending with os._exit(5)": ("import os\ndef main():\n    t = rlperf.PhaseTimer('cpu')\n    loop(t)\n    "
+                                       "os._exit(5)\n\nmain()\n", 5, "failed"),
+}
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+def test_phase_timings_survive_wherever_the_timer_lives_and_however_the_script_ends(place: str,
+                                                                                       tmp_path: Path) -> None:
+    body, code, status = PLACES[place]
+    proc = profile(tmp_path, "--", "python", str(write(tmp_path, body)))
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "no phase timings" not in proc.stdout and "your loop's phases" in proc.stdout, proc.stdout[-2000:]
+    assert "could not start" not in proc.stderr
+    record = record_of(tmp_path)
+    assert record["exit_code"] == code and record["status"] == status
+    assert record["phases"]["step"]["calls"] == 30 and record["totals"]["vector_steps"] == 30
+    assert record["script"]["steps"] == {"count": 30, "basis": "timer.step_done() calls"}
+    assert record["profile"]["cprofile"]["top"]  # the profile is kept too
+    if "exception" in place:
+        assert "ValueError: boom" in proc.stderr
+
+
+def test_a_functional_env_gets_its_step_count_from_step_done(tmp_path: Path) -> None:
+    script = tmp_path / "functional.py"
+    script.write_text(textwrap.dedent("""
+        import rlperf
+
+        def env_step(state, action):  # an env written as pure functions: no step method anywhere
+            return (state * 31 + action) % 1009
+
+        def main():
+            timer = rlperf.PhaseTimer("cpu")
+            state = 1
+            for i in range(400):
+                with timer.phase("step"):
+                    state = env_step(state, i % 3)
+                timer.step_done()
+
+        main()
+    """))
+    proc = profile(tmp_path, "--json", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)
+    assert record["script"]["steps"] == {"count": 400, "basis": "timer.step_done() calls"}
+
+
+def test_a_functional_env_without_a_timer_gets_its_step_count_from_the_loop(tmp_path: Path) -> None:
+    script = tmp_path / "functional.py"
+    script.write_text(textwrap.dedent("""
+        import random
+
+        def env_reset():
+            return 1
+
+        def env_step(state, action):  # no step method, no timer: only the loop knows the steps
+            return (state * 31 + action) % 1009, float(state % 2)
+
+        def policy(state):
+            return state % 3
+
+        def learn(batch):
+            return sum(batch)
+
+        def main():
+            state, rewards = env_reset(), []
+            for i in range(300):
+                action = policy(state)
+                state, reward = env_step(state, action)
+                rewards.append(reward)
+                if i % 4 == 0:
+                    learn(rewards[-4:])
+            print(random.random() < 2)
+
+        main()
+    """))
+    proc = profile(tmp_path, "--json", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = json.loads(proc.stdout)["script"]["steps"]
+    assert steps["count"] == 300 and steps["basis"].startswith("iterations of the loop in functional.py:"), steps
+    assert "(main)" in steps["basis"]
+
+
+@pytest.mark.parametrize(("how", "code", "killed_by"), [
+    ("os.kill(os.getpid(), signal.SIGKILL)", 137, "SIGKILL"),
+    ("import ctypes; ctypes.string_at(0)", 139, "SIGSEGV"),
+])
+def test_a_script_killed_outright_keeps_its_signal_and_its_last_snapshot(how: str, code: int, killed_by: str,
+                                                                         tmp_path: Path) -> None:
+    body = f"""
+        import os, signal, time
+        t = rlperf.PhaseTimer("cpu")
+        started = time.perf_counter()
+        while time.perf_counter() - started < 1.3:  # past the child's first snapshot (1 s)
+            with t.phase("step"):
+                time.sleep(0.005)
+            t.step_done()
+        {how}
+    """
+    proc = profile(tmp_path, "--", "python", str(write(tmp_path, body)))
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "could not start" not in proc.stderr and f"rlperf: the script was killed by {killed_by}" in proc.stderr
+    record = record_of(tmp_path)
+    assert record["exit_code"] == code and record["status"] == "failed"
+    assert record["script"]["signal"] == killed_by and "last snapshot" in record["script"]["ended"]
+    assert record["phases"]["step"]["calls"] >= 10  # what the timer had at the snapshot
+
+
+def test_a_python_without_the_scripts_imports_keeps_the_exit_code_and_the_profile(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"  # an interpreter without numpy: rlperf's PhaseTimer needs it, so does the script
+    (hidden / "numpy").mkdir(parents=True)
+    (hidden / "numpy" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\")\n")
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{hidden}" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    script = tmp_path / "needs_numpy.py"
+    script.write_text("print('starting', flush=True)\nimport numpy\n")
+    proc = profile(tmp_path, "--", str(python), str(script))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "ModuleNotFoundError: No module named 'numpy'" in proc.stderr and "could not start" not in proc.stderr
+    record = record_of(tmp_path)
+    assert record["status"] == "failed" and record["exit_code"] == 1 and record["profile"]["cprofile"]["top"]
+
+
+def test_a_child_that_cannot_start_leaves_no_run_directory(tmp_path: Path) -> None:
+    python = tmp_path / "bin" / "python3"  # an interpreter that dies before rlperf's child starts
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\necho 'cannot run' >&2\nexit 7\n")
+    python.chmod(0o755)
+    (tmp_path / "x.py").write_text("print(1)\n")
+    proc = profile(tmp_path, "--", str(python), "x.py")
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot run" in proc.stderr and "could not start the profiled child (exit code 7;" in proc.stderr
+    assert list((tmp_path / "runs").iterdir()) == []  # no empty run directory
+
+
+def test_a_forked_child_exiting_after_rlperf_prints_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "forks.py"
+    script.write_text("import os, sys, time\nif os.fork() == 0:\n    time.sleep(1.0)\n    sys.exit(0)\n"
+                      "print('parent done')\n")
+    proc = profile(tmp_path, "--", "python", str(script))  # returns once the fork closed its end of the pipes
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "DiskError" not in proc.stderr, proc.stderr
+    assert record_of(tmp_path)["exit_code"] == 0
+
+
+def test_python_dash_m_a_module_that_closes_stdout(tmp_path: Path) -> None:
+    (tmp_path / "data.json").write_text('{"a": [1, 2]}')
+    proc = profile(tmp_path, "--", "python", "-m", "json.tool", "data.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout[:proc.stdout.index("}") + 1]) == {"a": [1, 2]}
+    assert "Traceback" not in proc.stderr and "closed file" not in proc.stderr, proc.stderr
+    assert record_of(tmp_path)["script"]["command"] == ["python", "-m", "json.tool", "data.json"]
+
+
+# Both end by themselves after a minute: a failing test leaves no process behind.
+FOREVER = """
+    import time
+    def main():
+        t = rlperf.PhaseTimer("cpu")
+        print("started", flush=True)
+        while time.time() < STOP:
+            with t.phase("step"):
+                time.sleep(0.005)
+            t.step_done()
+    main()
+"""
+
+STUBBORN = """
+    import signal, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    t = rlperf.PhaseTimer("cpu")
+    print("started", flush=True)
+    while time.time() < STOP:
+        with t.phase("step"):
+            time.sleep(0.005)
+        t.step_done()
+"""
+
+
+@pytest.mark.parametrize(("body", "signals", "code"), [
+    (FOREVER, [signal.SIGINT], 130),
+    (FOREVER, [signal.SIGTERM], 143),
+    (STUBBORN, [signal.SIGTERM, signal.SIGTERM], 143),
+    (STUBBORN.replace("signal.SIGINT, signal.SIG_IGN)", "signal.SIGINT, signal.SIG_IGN)\n"
+                      "    signal.signal(signal.SIGTERM, signal.SIG_IGN)"), [signal.SIGTERM] * 3, 143),
+], ids=["kill -INT", "kill -TERM", "ignores SIGINT, two SIGTERMs", "ignores both, the third is SIGKILL"])
+def test_signals_to_rlperf_stop_the_script_and_keep_its_profile(body: str, signals: list[int], code: int,
+                                                                tmp_path: Path) -> None:
+    script = write(tmp_path, body.replace("STOP", f"{time.time() + 60}"))
+    proc = subprocess.Popen(profile_cmd(tmp_path, "--", "python", str(script)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(1.5)  # past the child's first snapshot: what a SIGKILL leaves
+        for signum in signals:  # to rlperf's process alone, as kill PID does (not a terminal's whole group)
+            proc.send_signal(signum)
+            time.sleep(0.3)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    record = record_of(tmp_path)
+    assert record["status"] == "interrupted" and record["exit_code"] == code
+    assert record["phases"]["step"]["calls"] > 10
+    if len(signals) == 3:  # killed: the phases are the last snapshot's, cProfile's table went with the process
+        assert record["script"]["signal"] == "SIGKILL" and "profile.prof" not in os.listdir(record["run_dir"])
+    else:
+        assert record["script"]["signal"] is None and record["profile"]["cprofile"]["top"]
+
+
+def test_the_readmes_profile_your_own_loop_script_runs_as_shown(tmp_path: Path) -> None:
+    import re
+
+    pytest.importorskip("gymnasium")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Profile your own loop")
+    section = text[start:text.index("\n## ", start + 1)]
+    snippet = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    assert "def main():" in snippet and "timer = rlperf.PhaseTimer" in snippet  # the timer inside main()
+    (tmp_path / "train.py").write_text(snippet)
+    proc = profile(tmp_path, "--json", "--", "python", "train.py", "--lr", "3e-4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)
+    assert set(record["phases"]) == {"select", "step", "train"} and record["totals"]["vector_steps"] == 500
+    assert record["script"]["steps"]["count"] == 500 and record["intervals"][-1]["env_steps"] == 500 * 8
+    (saved,) = (tmp_path / "runs").glob("external-*/run.json")  # timer.save() from the script, beside the profile
+    assert json.loads(saved.read_text())["totals"]["num_envs"] == 8
+
+
+def run_in_terminal(argv: list[str], typed: list[tuple[bytes, bytes]], timeout: float = 60) -> tuple[int | None, str]:
+    """Run ``argv`` on a pseudo-terminal, typing each ``(wait_for, keys)`` once ``wait_for`` was printed;
+    returns its exit code (None: it did not end in time, and was killed) and what it printed."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        os.chdir(argv.pop())
+        os.execve(argv[0], argv, ENV)
+    out = b""
+    deadline = time.monotonic() + timeout
+    code = None
+    try:
+        while time.monotonic() < deadline:
+            if typed and typed[0][0] in out:
+                time.sleep(0.3)
+                os.write(fd, typed.pop(0)[1])
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:  # the terminal closed: everything on it has ended
+                    pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                break
+    finally:
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    return code, out.decode(errors="replace")
+
+
+def test_at_a_terminal_ctrl_c_stops_the_script_and_it_may_read_the_terminal(tmp_path: Path) -> None:
+    script = write(tmp_path, FOREVER.replace("STOP", f"{time.time() + 60}"))
+    code, out = run_in_terminal([*profile_cmd(tmp_path, "--", "python", str(script)), str(tmp_path)],
+                                [(b"started", b"\x03")])  # Ctrl-C typed at the terminal
+    assert code == 130, out[-2000:]
+    assert record_of(tmp_path)["status"] == "interrupted"
+    reads = tmp_path / "reads.py"
+    reads.write_text("print('name?', flush=True)\nprint('hello', input())\n")
+    code, out = run_in_terminal([*profile_cmd(tmp_path / "second", "--", "python", str(reads)), str(tmp_path)],
+                                [(b"name?", b"bob\n")])
+    assert code == 0 and "hello bob" in out, out[-2000:]  # the script's group holds the terminal: no SIGTTIN
+
+
+def test_the_script_stops_when_rlperf_is_killed_outright(tmp_path: Path) -> None:
+    from rlperf.run.files import pid_alive
+
+    script = write(tmp_path, "import os\nopen('pid', 'w').write(str(os.getpid()))\n" +
+                   textwrap.dedent(FOREVER).replace("STOP", f"{time.time() + 60}"))
+    proc = subprocess.Popen(profile_cmd(tmp_path, "--", "python", str(script)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
+        pid = int((tmp_path / "pid").read_text())
+        proc.kill()  # SIGKILL: rlperf can pass nothing on
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), "the script runs on without rlperf"
+    finally:
+        proc.kill()
