@@ -24,7 +24,8 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rlperf.errors import ConfigError
+from rlperf.errors import ConfigError, RlperfError
+from rlperf.inputfiles import CONFIG_MAX_BYTES, read_user_file
 
 __all__ = [
     "AgentConfig",
@@ -417,7 +418,9 @@ def _read(path: str | Path | None) -> tuple[dict[str, Any], str]:
     if not file.is_file():
         raise ConfigError(f"config path is not a file: {path_str}")
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_user_file(file, "config", CONFIG_MAX_BYTES).decode("utf-8")
+    except RlperfError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path_str}: {_one_line(str(exc))}") from None
     return _parse(text, path_str), path_str
@@ -433,6 +436,8 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message carries "(at line L, column C)".
         raise ConfigError(f"{source}: malformed TOML: {_one_line(str(exc))}") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ConfigError(f"{source}: values nested too deeply to be a config") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,7 +487,7 @@ def _parse_value(raw: str) -> Any:
     if "\n" not in raw and "\r" not in raw:
         try:
             return tomllib.loads(f"value = {raw}")["value"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             pass
     return raw
 

@@ -347,6 +347,7 @@ class Source:
     origin: str
     record: dict[str, Any] | None = None
     config: Config | None = None
+    file: Path | None = None  # the record's file
 
 
 def variant(cfg: Config, overrides: Sequence[str]) -> Config:
@@ -420,9 +421,11 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
             f"{arg} is not a run directory (no {RECORD_NAME})",
             hint="pass a directory written by rlperf train, or a .toml config",
         )
-    record = read_record(path)
-    check_comparable_record(record, path / RECORD_NAME if path.is_dir() else path)
-    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record)
+    file = path / RECORD_NAME if path.is_dir() else path
+    record = read_record(file)
+    check_comparable_record(record, file)
+    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record,
+                  file=file)
 
 
 _RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
