@@ -152,7 +152,8 @@ RULES: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
     ("time_to_score.targets.[]", obj),
     ("time_to_score.targets.[].score", number),
     ("time_to_score.targets.[].reached", optional(flag)),
-    *((f"time_to_score.targets.[].{k}", optional(non_negative)) for k in ("wall_s", "run_wall_s", "env_steps")),
+    *((f"time_to_score.targets.[].{k}", optional(non_negative)) for k in ("wall_s", "run_wall_s", "env_steps", "updates",
+                                                                                 "episodes")),
 )
 
 

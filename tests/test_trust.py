@@ -1,0 +1,340 @@
+"""Answers users act on are never silently wrong (issue 23, the gate's half): several candidate
+records given the natural way, like compared with like, no run counted twice, an unambiguous
+threshold, odd records and files refused with one line (exit 2, never the gate's 1), and every
+string from a file escaped before it reaches the terminal."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlperf.cli import main
+
+SYSTEM = {"rlperf": "0.1.0", "torch": "2.13.0", "device": "cpu", "device_name": "AMD EPYC", "torch_threads": 1,
+          "hostname": "ci"}
+CONFIG = {
+    "run": {"seed": 0, "device": "cpu", "threads": 1, "mode": "sync", "timing": "auto"},
+    "env": {"id": "rlperf/Snake-v0", "num_envs": 16, "size": 6, "obs": "features", "flood_fill": "off",
+            "backend": "tensor", "kernel": "auto"},
+    "buffer": {"capacity": 5000, "batch_size": 32, "storage": "tensor", "push": "batch"},
+    "train": {"steps": 16000, "episodes": 0, "train_ratio": 1.0, "log_every": 50, "checkpoint": True},
+}
+
+
+def record(name: str, us_per_env_step: float, kind: str = "train", **changes: Any) -> dict[str, Any]:
+    """A run record as rlperf writes one, 16 env steps per vector step, ``us_per_env_step`` at the p25 step."""
+    r: dict[str, Any] = {
+        "schema": 1, "kind": kind, "name": name, "run_dir": f"/runs/{name}", "status": "completed",
+        "command": ["rlperf", kind], "started_at": f"2026-11-24T09:00:{len(name):02d}+00:00", "resumed": [],
+        "config": copy.deepcopy(CONFIG), "system": dict(SYSTEM), "env": {"kernel": "fused", "reason": "auto"},
+        "timing": {"mode": "cpu", "warmup_steps": 2, "warmup_s": 0.01, "fill_steps": 0, "measured_steps": 998,
+                   "measured_wall_s": 1.0, "measured_env_steps": 15968, "measured_episodes": 90, "measured_updates": 998,
+                   "vector_step": {"calls": 998, "mean_ms": 17 * us_per_env_step / 1e3,
+                                   "p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3,
+                                   "p95_ms": 20 * us_per_env_step / 1e3}},
+        "totals": {"episodes": 100, "env_steps": 16_000, "vector_steps": 1_000, "updates": 1000, "wall_s": 1.1,
+                   "warmup_s": 0.01},
+        "throughput": {"env_steps_per_s": 1e6 / us_per_env_step, "updates_per_s": 900.0, "episodes_per_s": 90.0,
+                       "s_per_1000_env_steps": us_per_env_step / 1e3, "s_per_1000_episodes": 11.0, "replay_ratio": 2.0},
+        "phases": {"select": {"total_s": 0.4, "share": 0.4, "calls": 998, "mean_ms": 0.4, "p50_ms": 0.4, "p95_ms": 0.5},
+                   "step": {"total_s": 0.6, "share": 0.6, "calls": 998, "mean_ms": 0.6, "p50_ms": 0.6, "p95_ms": 0.7}},
+        "intervals": [{"env_steps": 8000, "wall_s": 0.5, "episodes": 40, "mean_episode_length": 20.0,
+                       "s_per_1000_env_steps": 0.06}],
+        "learning": {"mean_score_last_100": 1.5, "mean_return_last_100": -0.5, "best_score": 4,
+                     "mean_episode_length": 20.0, "final_epsilon": 0.05, "last_loss": 0.04},
+        "time_to_score": {"targets": [{"score": 5.0, "reached": False, "wall_s": None, "run_wall_s": None,
+                                       "env_steps": None, "updates": None, "episodes": None}]},
+        "memory": {"peak_rss_mb": 500.0, "rss_scope": "run", "peak_cuda_mb": None, "replay_mb": 0.5},
+        "checkpoint": None,
+        "files": {"record": "run.json"},
+    }
+    for path, value in changes.items():
+        set_path(r, path.split("__"), value)
+    return r
+
+
+def set_path(node: Any, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(parts[-1])] = value
+    else:
+        node[parts[-1]] = value
+
+
+def write(folder: Path, name: str, r: dict[str, Any] | str) -> Path:
+    run_dir = folder / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(r if isinstance(r, str) else json.dumps(r))
+    return run_dir
+
+
+def side(folder: Path, prefix: str, times: tuple[float, ...], **changes: Any) -> list[str]:
+    return [str(write(folder, f"{prefix}{i}", record(f"{prefix}{i}", us, **changes))) for i, us in enumerate(times)]
+
+
+BASE_US = (100, 102, 98, 101, 99)
+SLOW_US = (125, 127, 122, 129, 124)  # ~20% slower
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def assert_one_line(code: int, out: str, err: str, *names: str) -> None:
+    assert code == 2, err
+    assert out == "" and "Traceback" not in err and err.count("\n") == 1, err
+    for name in names:
+        assert name in err, err
+
+
+# -- item 1: several candidate records, the way users type them ----------------------------------
+
+
+def test_candidate_arguments_take_everything_up_to_the_next_option() -> None:
+    from rlperf.cli.compare import candidate_arguments
+
+    assert candidate_arguments(["b1", "b2", "--candidate", "c1", "c2", "--fail-if-slower", "5%", "b3"]) == [
+        "b1", "b2", "--candidate", "c1", "--candidate", "c2", "--fail-if-slower", "5%", "b3"]
+    assert candidate_arguments(["--candidate=c1", "c2", "--json"]) == ["--candidate=c1", "--candidate", "c2", "--json"]
+    assert candidate_arguments(["b", "--candidate", "c", "--", "x"]) == ["b", "--candidate", "c", "--", "x"]
+    assert candidate_arguments(["b", "--vs", "k=v"]) == ["b", "--vs", "k=v"]
+
+
+def test_several_records_after_one_candidate_all_join_the_candidate(tmp_path: Path, capsys) -> None:
+    """The issue's case: a 21% slowdown read PASS with '24 baseline vs 1 candidate'."""
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--json"], capsys)
+    assert code == 1, err
+    v = json.loads(out)
+    assert v["n"] == [5, 5] and v["verdict"] == "fail"
+    assert v["baseline"]["names"] == [f"b{i}" for i in range(5)] and v["candidate"]["names"] == [f"c{i}" for i in range(5)]
+    # A quoted glob (a shell that does not expand it, a CI file) is expanded by rlperf the same way.
+    code, out, err = run_cli(["compare", str(tmp_path / "base" / "*"), "--candidate", str(tmp_path / "cand" / "*"),
+                              "--fail-if-slower", "5%", "--json"], capsys)
+    assert code == 1 and json.loads(out)["n"] == [5, 5], err
+
+
+def test_the_readme_invocation_through_a_real_shell(tmp_path: Path) -> None:
+    side(tmp_path / "base", "b", BASE_US)
+    side(tmp_path / "cand", "c", SLOW_US)
+    line = (f"{shlex.quote(sys.executable)} -m rlperf compare base/*/ --candidate cand/*/ --fail-if-slower 5%")
+    proc = subprocess.run(line, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "RLPERF_DEBUG"})
+    assert proc.returncode == 1, proc.stderr
+    assert "compared: baseline 5 runs (b0, b1, b2, b3, b4); candidate 5 runs (c0, c1, c2, c3, c4)" in proc.stdout
+    assert "gate: FAIL" in proc.stdout and "5 baseline vs 5 candidate runs" in proc.stdout
+
+
+def test_a_glob_that_matches_nothing_is_an_error(tmp_path: Path, capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    code, out, err = run_cli(["compare", *base, "--candidate", str(tmp_path / "nothing*"), "--fail-if-slower", "5%"],
+                             capsys)
+    assert_one_line(code, out, err, "matches", "nothing*")
+
+
+# -- item 3: like with like, every run once --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("changes", "key"), [
+    ({"kind": "profile"}, "kind"),
+    ({"config__env__id": "CartPole-v1"}, "env.id"),
+    ({"config__env__size": 8}, "env.size"),
+    ({"config__env__num_envs": 32, "totals__env_steps": 32_000}, "num_envs"),
+    ({"system__device": "cuda:0"}, "device"),
+    ({"timing__mode": "sync"}, "timing"),
+    ({"system__rlperf": "0.2.0"}, "rlperf"),
+])
+def test_records_that_measure_other_things_are_refused_naming_the_key(changes: dict[str, Any], key: str,
+                                                                      tmp_path: Path, capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US, **changes)
+    argv = ["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%"]
+    code, out, err = run_cli(argv, capsys)
+    assert_one_line(code, out, err, "do not measure the same thing", key, f"--allow-mismatch {key}")
+    code, out, err = run_cli([*argv, "--allow-mismatch", key], capsys)  # asked for: compared
+    assert code in (0, 1) and "gate: " in out, err
+
+
+def test_a_side_must_be_repeats_of_one_config_and_the_sides_config_change_is_named(tmp_path: Path, capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    odd = write(tmp_path / "cand", "c9", record("c9", 125, config__buffer__push="loop"))
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, str(odd), "--fail-if-slower", "5%"], capsys)
+    assert_one_line(code, out, err, "config.buffer.push", "within the candidate")
+    # The whole candidate side on another knob: a config change under review, compared and named.
+    cand = side(tmp_path / "loop", "l", SLOW_US, config__buffer__push="loop")
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%"], capsys)
+    assert code == 1 and "the sides differ in config: config.buffer.push: batch vs loop" in out, err
+
+
+def test_unknown_allow_mismatch_key(tmp_path: Path, capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--allow-mismatch",
+                              "colour"], capsys)
+    assert_one_line(code, out, err, "--allow-mismatch key 'colour'")
+
+
+def test_a_run_counts_once(tmp_path: Path, capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    gate = ["--fail-if-slower", "5%"]
+    # The issue's case: one record five times a side (p = 0.004 from one run a side).
+    code, out, err = run_cli(["compare", *[base[0]] * 5, "--candidate", *[cand[0]] * 5, *gate], capsys)
+    assert_one_line(code, out, err, "the same file", "each run counts once")
+    # The same run on both sides.
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand[:4], base[2], *gate], capsys)
+    assert_one_line(code, out, err, "on both sides")
+    # A copy of a run directory elsewhere is the same run.
+    copy_dir = write(tmp_path / "copy", "b0", json.loads((Path(base[0]) / "run.json").read_text()))
+    code, out, err = run_cli(["compare", *base, str(copy_dir), "--candidate", *cand, *gate], capsys)
+    assert_one_line(code, out, err, "the same run")
+    # ... and so is a hand-made record without a start time, by its content.
+    bare = record("b0", 100)
+    del bare["started_at"]
+    one, two = write(tmp_path / "x", "one", bare), write(tmp_path / "y", "two", bare)
+    code, out, err = run_cli(["compare", str(one), str(two), *base[1:], "--candidate", *cand, *gate], capsys)
+    assert_one_line(code, out, err, "the same record")
+
+
+# -- item 5: the threshold and num_envs-derived figures -------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["0.5", "5", "0.05"])
+def test_a_threshold_without_a_percent_sign_is_refused(text: str, tmp_path: Path, capsys) -> None:
+    """``0.5`` meant 50% while ``5`` was refused: now both need the % sign."""
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", text], capsys)
+    assert_one_line(code, out, err, f"--fail-if-slower {text} has no % sign", f"{text}%")
+
+
+@pytest.mark.parametrize("num_envs", [-1, 1.5, True, 10**30, 0])
+def test_external_records_with_an_impossible_num_envs_are_refused(num_envs: Any, tmp_path: Path, capsys) -> None:
+    """PhaseTimer.save(num_envs=-1) gave 'env steps/s -27.9 k/s' in compare."""
+    good = write(tmp_path, "good", record("good", 100, kind="external", totals__num_envs=16))
+    env_steps = num_envs * 1000 if not isinstance(num_envs, bool) and abs(num_envs) < 10**6 else 16_000
+    bad = write(tmp_path, "bad", record("bad", 100, kind="external", totals__num_envs=num_envs,
+                                        totals__env_steps=env_steps,
+                                        throughput__env_steps_per_s=env_steps / 1.0))
+    code, out, err = run_cli(["compare", str(good), str(bad)], capsys)
+    assert_one_line(code, out, err, "totals", str(bad))
+
+
+# -- item 6: odd records are one line and exit 2, never the gate's 1 --------------------------------
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"totals__vector_steps": 0}, None),  # valid, but no time per env step
+    ({"totals__vector_steps": -5}, "totals.vector_steps"),
+    ({"totals__env_steps": -16000}, "totals.env_steps"),
+    ({"timing__vector_step": [1, 2]}, "timing.vector_step"),
+    ({"timing__vector_step__p25_ms": float("nan")}, "timing.vector_step.p25_ms"),
+    ({"throughput__env_steps_per_s": -27900.0}, "throughput.env_steps_per_s"),
+    ({"phases__step": "fast"}, "phases.step"),
+])
+def test_odd_records_in_the_gate_are_one_line_exit_2(changes: dict[str, Any], field: str | None, tmp_path: Path,
+                                                    capsys) -> None:
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    odd = write(tmp_path / "odd", "odd", record("odd", 125, **changes))
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand[:4], str(odd), "--fail-if-slower", "5%"], capsys)
+    assert_one_line(code, out, err, field or "has no step-p25 figure")
+
+
+@pytest.mark.parametrize("name", ["[/]", "[bold red]x[/]", "\x1b]0;pwned\x07title", "a\x1b[31mred", "line\nbreak"])
+def test_names_from_records_reach_the_terminal_escaped(name: str, tmp_path: Path, capsys) -> None:
+    """A record named ``[/]`` crashed compare (rich markup); escape sequences reached the terminal raw."""
+    a = write(tmp_path, "a", record(name, 100))
+    b = write(tmp_path, "b", record("other", 110))
+    code, out, err = run_cli(["compare", str(a), str(b)], capsys)
+    assert code == 0, err
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    shown = name.replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\n", "\\x0a")
+    assert shown[:6] in out  # the name itself, as text (columns may wrap it)
+
+
+def test_escape_sequences_in_error_lines_are_escaped(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "evil\x1b]0;title\x07"
+    bad = write(folder, "r", record("r", 100, totals__env_steps=-1))
+    code, out, err = run_cli(["compare", str(bad), str(bad)], capsys)
+    assert_one_line(code, out, err, "\\x1b]0;title\\x07")
+    assert "\x1b" not in err
+
+
+def test_a_config_nested_5000_levels_deep_is_one_line(tmp_path: Path, capsys) -> None:
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[run]\nseed = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, out, err = run_cli(["train", "--config", str(deep), "--out", str(tmp_path / "runs")], capsys)
+    assert_one_line(code, out, err, "nested too deeply")
+    assert not (tmp_path / "runs").exists()
+
+
+# -- item 7: only regular files, with a size limit -------------------------------------------------
+
+
+def _rlperf(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlperf", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "RLPERF_DEBUG"})
+
+
+def test_devices_and_fifos_are_refused_without_reading(tmp_path: Path) -> None:
+    """/dev/zero was read until the OOM killer came; a FIFO named run.json blocked forever."""
+    run = write(tmp_path, "run", record("run", 100))
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "run.json")
+    for arg, what in (("/dev/zero", "a character device"), (str(fifo_dir / "run.json"), "a FIFO"),
+                      (str(fifo_dir), "no run.json")):
+        proc = _rlperf(["compare", arg, str(run)], tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and what in proc.stderr, proc.stderr
+
+
+def test_records_and_configs_over_the_size_limit_are_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    from rlperf import inputfiles
+
+    monkeypatch.setattr(inputfiles, "RECORD_MAX_BYTES", 4096)
+    monkeypatch.setattr("rlperf.run.schema.RECORD_MAX_BYTES", 4096)
+    big = record("big", 100)
+    big["command"] = ["x" * 5000]
+    a, b = write(tmp_path, "big", big), write(tmp_path, "b", record("b", 100))
+    code, out, err = run_cli(["compare", str(a), str(b)], capsys)
+    assert_one_line(code, out, err, "larger than", str(a))
+    monkeypatch.setattr("rlperf.config.CONFIG_MAX_BYTES", 1024)
+    toml = tmp_path / "big.toml"
+    toml.write_text("[train]\nsteps = 64\n" + "# padding\n" * 200)
+    code, out, err = run_cli(["train", "--config", str(toml), "--out", str(tmp_path / "runs")], capsys)
+    assert_one_line(code, out, err, "larger than", "big.toml")
+    assert not (tmp_path / "runs").exists()
+
+
+# -- item 11: resume never writes through a link ---------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink", "fifo"])
+def test_metrics_csv_that_is_not_the_run_dirs_own_file_is_refused(how: str, tmp_path: Path) -> None:
+    from rlperf.errors import RlperfError
+    from rlperf.run.files import MetricsCSV
+
+    outside = tmp_path / "outside.csv"
+    outside.write_bytes(b"vector_steps,env_steps\r\n1,16\r\n")
+    metrics = tmp_path / "run" / "metrics.csv"
+    metrics.parent.mkdir()
+    {"symlink": lambda: metrics.symlink_to(outside), "hardlink": lambda: os.link(outside, metrics),
+     "fifo": lambda: os.mkfifo(metrics)}[how]()
+    with pytest.raises(RlperfError, match="not the run's own metrics file"):
+        MetricsCSV(metrics, ["vector_steps", "env_steps"])
+    assert outside.read_bytes() == b"vector_steps,env_steps\r\n1,16\r\n"
