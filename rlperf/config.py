@@ -57,6 +57,8 @@ def _cross_field(message: str, hint: str) -> PydanticCustomError:
 SEED_MAX = 2**63 - 1
 """The largest ``run.seed``: seeds derived from it (repeat k's ``seed + k``, the actors' offsets) stay
 inside the unsigned 64-bit range torch and NumPy accept."""
+THREADS_MAX = 1024
+"""More threads than any machine runs (torch cannot take 2**64, OpenBLAS fails at about 100,000)."""
 
 
 class RunConfig(BaseModel):
@@ -66,7 +68,8 @@ class RunConfig(BaseModel):
 
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for the envs, the network and ε-greedy, 0 to 2**63-1")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
-    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default (docs/bottlenecks.md §14)")
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch/OMP/MKL threads, up to 1024; 0 keeps the library "
+                         "default (docs/bottlenecks.md §14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
     timing: Literal["auto", "sync", "events", "off"] = Field(
         "auto", description="phase timer mode on CUDA; auto = events on CUDA, perf_counter on CPU"

@@ -5,18 +5,25 @@ string from a file escaped before it reaches the terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
+import math
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlperf.cli import main
+from rlperf.errors import RlperfError
 
 SYSTEM = {"rlperf": "0.1.0", "torch": "2.13.0", "device": "cpu", "device_name": "AMD EPYC", "torch_threads": 1,
           "hostname": "ci"}
@@ -275,6 +282,14 @@ def test_escape_sequences_in_error_lines_are_escaped(tmp_path: Path, capsys) -> 
     assert "\x1b" not in err
 
 
+def test_more_threads_than_torch_takes_is_refused(tmp_path: Path, capsys) -> None:
+    """run.threads = 2**64 passed the config's checks and failed in torch.set_num_threads with a traceback."""
+    code, out, err = run_cli(["train", "--config", "smoke", "--set", f"run.threads={2**64}",
+                              "--out", str(tmp_path / "runs")], capsys)
+    assert_one_line(code, out, err, "run.threads")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_config_nested_5000_levels_deep_is_one_line(tmp_path: Path, capsys) -> None:
     deep = tmp_path / "deep.toml"
     deep.write_text("[run]\nseed = " + "[" * 5000 + "]" * 5000 + "\n")
@@ -338,3 +353,230 @@ def test_metrics_csv_that_is_not_the_run_dirs_own_file_is_refused(how: str, tmp_
     with pytest.raises(RlperfError, match="not the run's own metrics file"):
         MetricsCSV(metrics, ["vector_steps", "env_steps"])
     assert outside.read_bytes() == b"vector_steps,env_steps\r\n1,16\r\n"
+
+
+# -- the classes: a record is validated once, on load; configs likewise (property-based) -----------
+
+DELETE = object()
+MARKUP = st.sampled_from(["[/]", "[bold red]x", "\x1b]0;title\x07", "\x1b[2J", "\u202e", "a\nb", "\x00", "[link=x]y"])
+LEAF = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                 st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), MARKUP)
+JSON = st.recursive(LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                  st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=6)
+NOT_AN_OBJECT = st.one_of(st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8),
+                          st.lists(LEAF, max_size=2))
+
+COUNTS = ["totals.episodes", "totals.env_steps", "totals.vector_steps", "totals.updates", "timing.warmup_steps",
+          "timing.measured_steps", "timing.vector_step.calls", "phases.step.calls"]
+TIMES = ["totals.wall_s", "totals.warmup_s", "timing.warmup_s", "timing.measured_wall_s", "timing.vector_step.p25_ms",
+         "timing.vector_step.p50_ms", "throughput.env_steps_per_s", "throughput.updates_per_s",
+         "throughput.s_per_1000_env_steps", "phases.select.total_s", "phases.step.mean_ms", "memory.peak_rss_mb"]
+SECTIONS = ["config", "system", "timing", "totals", "throughput", "phases", "learning", "memory", "time_to_score",
+            "timing.vector_step", "config.env"]
+NUMBERS = COUNTS + TIMES + ["learning.mean_score_last_100", "intervals.0.wall_s", "time_to_score.targets.0.score"]
+BAD_COUNT = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63, max_value=2**80),
+                      st.floats(allow_nan=True), st.booleans(), st.text(max_size=6), MARKUP, st.lists(LEAF, max_size=2))
+BAD_TIME = st.one_of(st.floats(max_value=-1e-12), st.integers(max_value=-1), st.just(math.nan), st.just(math.inf),
+                     st.booleans(), st.text(max_size=6), st.lists(LEAF, min_size=1, max_size=2),
+                     st.dictionaries(st.text(max_size=3), LEAF, max_size=2))
+BAD_POSITIVE = st.one_of(st.integers(max_value=0), st.integers(min_value=2**63, max_value=2**80), st.floats(),
+                         st.booleans(), st.text(max_size=4))
+
+# (path, value) pairs that break a rule of the record's schema, whatever else the record holds.
+INVALID = st.one_of(
+    st.tuples(st.sampled_from(COUNTS), BAD_COUNT),
+    st.tuples(st.sampled_from(TIMES), BAD_TIME),
+    st.tuples(st.sampled_from(SECTIONS), NOT_AN_OBJECT),
+    st.tuples(st.sampled_from(NUMBERS), st.sampled_from([math.nan, math.inf, -math.inf])),
+    st.tuples(st.just("phases.step.share"), st.one_of(st.floats(min_value=1.001), st.floats(max_value=-1e-6))),
+    st.tuples(st.sampled_from(["phases.step", "phases.other", "intervals.0"]), NOT_AN_OBJECT),
+    st.tuples(st.sampled_from(["config.env.num_envs", "totals.num_envs", "config.env.size"]), BAD_POSITIVE),
+    st.tuples(st.just("kind"), st.one_of(st.text(max_size=8), MARKUP, st.integers()).filter(
+        lambda v: v not in {"train", "profile", "sweep", "compare", "replay", "external"})),
+    st.tuples(st.just("status"), st.one_of(st.just(DELETE), JSON).filter(
+        lambda v: v not in ("completed", "interrupted", "diverged", "failed"))),
+    st.tuples(st.just("schema"), st.one_of(st.just(DELETE), st.integers(max_value=0), st.integers(min_value=2),
+                                           st.floats(), st.booleans(), st.text(max_size=4))),
+    st.tuples(st.sampled_from(["name", "run_dir", "started_at", "timing.mode", "config.env.id", "env.kernel"]),
+              st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(LEAF, max_size=2))),
+    st.tuples(st.just("<file>"), st.one_of(
+        NOT_AN_OBJECT.map(json.dumps), st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+        st.integers(min_value=1000, max_value=20_000).map(lambda n: "[" * n + "]" * n),
+        st.integers(min_value=1000, max_value=20_000).map(lambda n: '{"a":' * n + "1" + "}" * n))),
+)
+
+
+def mutated(base: dict[str, Any], path: str, value: Any) -> str:
+    """``base`` with ``value`` at ``path`` (DELETE: the key removed), as the text of a run.json."""
+    if path == "<file>":
+        return value
+    r = copy.deepcopy(base)
+    parts = path.split(".")
+    node = r
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    if value is DELETE:
+        node.pop(int(parts[-1]) if isinstance(node, list) else parts[-1])
+    elif isinstance(node, list):
+        node[int(parts[-1])] = value
+    else:
+        node[parts[-1]] = value
+    if path == "totals.num_envs" and isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:
+        r["totals"]["env_steps"] = r["totals"]["vector_steps"] * value + 1  # inconsistent with num_envs
+    return json.dumps(r)
+
+
+def all_paths(node: Any, at: str = "") -> list[str]:
+    out = [at] if at else []
+    if isinstance(node, dict):
+        out += [p for k, v in node.items() for p in all_paths(v, f"{at}.{k}" if at else k)]
+    elif isinstance(node, list):
+        out += [p for i, v in enumerate(node) for p in all_paths(v, f"{at}.{i}")]
+    return out
+
+
+BASE_RECORD = record("base", 100, kind="external", totals__num_envs=16)
+PATHS = all_paths(BASE_RECORD)
+
+
+@pytest.fixture(scope="module")
+def records_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for every example (a folder per example costs more than the example): a good
+    record, and the generated one, rewritten each time."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    write(folder, "good", record("good", 100, kind="external", totals__num_envs=16))
+    (folder / "bad").mkdir()
+    return folder
+
+
+def load_compare_and_gate(folder: Path, bad: str) -> None:
+    """What ``rlperf compare GOOD BAD`` and the gate do with a record, through the library functions
+    the command calls (reading, the comparison, its table, the gate's figures and checks)."""
+    from rlperf.experiments import gate
+    from rlperf.experiments.compare import Side, compare, compare_table, load_sources
+    from rlperf.report.tables import render_to_str, safe_table
+
+    (folder / "bad" / "run.json").write_text(bad)
+    sources = load_sources([str(folder / "good"), str(folder / "bad")], [], lambda path: pytest.fail("no config here"))
+    sides = [Side(s.label, s.origin, [s.record]) for s in sources if s.record is not None]
+    text = render_to_str(safe_table(compare_table(compare(sides))))
+    assert "\x1b" not in text
+    gate.check_records(sources, "step-p25")
+    gate.check_like_with_like({s.label: [(s.label, gate.measures(s.record))] for s in sources if s.record})
+
+
+def assert_refused_in_one_line(exc: RlperfError) -> None:
+    assert exc.exit_code == 2
+    line = str(exc)
+    assert line and "\n" not in line.replace("\\n", "") and "Traceback" not in line
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutation=INVALID)
+def test_malformed_records_are_refused_on_load_in_one_line(mutation: tuple[str, Any], records_dir: Path) -> None:
+    """>= 2,000 records that break a rule: refused when read (RlperfError: exit 2, one line), never
+    another exception (exit 1 or a traceback), nothing written."""
+    with pytest.raises(RlperfError) as caught:
+        load_compare_and_gate(records_dir, mutated(BASE_RECORD, *mutation))
+    assert_refused_in_one_line(caught.value)
+    assert sorted(str(p.relative_to(records_dir)) for p in records_dir.rglob("*")) == [
+        "bad", "bad/run.json", "good", "good/run.json"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(path=st.sampled_from(PATHS), value=st.one_of(JSON, st.just(DELETE)))
+def test_any_edit_of_a_record_is_read_or_refused_never_a_crash(path: str, value: Any, records_dir: Path) -> None:
+    """Any field replaced by any JSON value: the record is read and compared, or refused in one
+    line; no other exception, and nothing from it reaches a table unescaped."""
+    try:
+        load_compare_and_gate(records_dir, mutated(BASE_RECORD, path, value))
+    except RlperfError as exc:
+        assert_refused_in_one_line(exc)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(INVALID, st.booleans())
+def test_malformed_records_through_the_command_line_exit_2(mutation: tuple[str, Any], as_candidate: bool) -> None:
+    """The same through ``rlperf compare`` and its gate, in process: exit 2, one line on stderr,
+    nothing on stdout, nothing written."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        base = side(folder / "base", "b", BASE_US)
+        cand = side(folder / "cand", "c", SLOW_US)
+        bad = str(write(folder, "bad", mutated(record("bad", 100), *mutation)))
+        if as_candidate:
+            cand.append(bad)
+        else:
+            base.append(bad)
+        argv = ["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--out", str(folder / "runs")]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2, err.getvalue()
+        assert out.getvalue() == "" and err.getvalue().count("\n") == 1 and "Traceback" not in err.getvalue()
+        assert not (folder / "runs").exists()
+
+
+# Configs: a valid tiny config, and edits that break it.
+TINY = {"run": {"device": "cpu", "threads": 1}, "env": {"num_envs": 8, "size": 6},
+        "buffer": {"capacity": 2000, "batch_size": 16}, "train": {"steps": 64, "learning_starts": 32, "checkpoint": False}}
+CONFIG_KEYS = [f"{s}.{k}" for s, t in TINY.items() for k in t] + [
+    "env.id", "env.kernel", "env.flood_fill", "buffer.push", "train.train_ratio", "agent.lr", "run.seed"]
+BAD_CONFIG_VALUE = st.one_of(st.lists(LEAF.filter(lambda v: v is not None), min_size=1, max_size=3),
+                             st.dictionaries(st.text(min_size=1, max_size=4), st.integers(), min_size=1, max_size=2),
+                             st.text(max_size=8).map(lambda t: "bad" + t), MARKUP, st.integers(max_value=-1))
+HUGE = st.integers(min_value=2**64, max_value=2**70)  # more than a run can hold (threads: than torch takes)
+
+
+def toml_text(data: dict[str, Any]) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(data)
+
+
+CONFIG_TEXT = st.one_of(
+    # a value of the wrong type or out of range
+    st.one_of(st.tuples(st.sampled_from(CONFIG_KEYS), BAD_CONFIG_VALUE),
+              st.tuples(st.sampled_from(["run.threads", "env.num_envs", "buffer.capacity", "buffer.batch_size"]),
+                        HUGE)).map(
+        lambda kv: toml_text({**TINY, kv[0].split(".")[0]: {**TINY.get(kv[0].split(".")[0], {}),
+                                                            kv[0].split(".")[1]: kv[1]}})),
+    # an unknown key or section
+    st.tuples(st.sampled_from([*TINY, "bogus"]), st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1,
+                                                          max_size=10)).map(
+        lambda sk: toml_text({**TINY, sk[0]: {**TINY.get(sk[0], {}), f"zz_{sk[1]}": 1}})),
+    # not TOML, or nested past any config
+    st.binary(min_size=1, max_size=60).map(lambda b: "[[x\n" + b.decode("latin-1")),
+    st.integers(min_value=100, max_value=6000).map(lambda n: "[run]\nseed = " + "[" * n + "]" * n + "\n"),
+    st.integers(min_value=100, max_value=6000).map(lambda n: "[run]\nseed = " + "{a = " * n + "1" + "}" * n + "\n"),
+)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(CONFIG_TEXT)
+def test_malformed_configs_are_refused_in_one_line(text: str) -> None:
+    """>= 500 broken configs: refused in one line (RlperfError: exit 2) by what every command does
+    before it writes anything: the loader, then the checks of the run (device, knobs, memory)."""
+    from rlperf.config import config_from
+    from rlperf.run.common import check_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bad.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        with pytest.raises(RlperfError) as caught:
+            check_run(config_from(str(path)))
+        assert_refused_in_one_line(caught.value)
+        assert [p.name for p in Path(tmp).iterdir()] == ["bad.toml"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(CONFIG_TEXT)
+def test_malformed_configs_through_the_command_line_exit_2(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bad.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+            main(["train", "--config", str(path), "--out", str(Path(tmp) / "runs")])
+        assert exc.value.code == 2 and out.getvalue() == "" and err.getvalue().count("\n") == 1, err.getvalue()
+        assert not (Path(tmp) / "runs").exists()

@@ -208,11 +208,11 @@ def validate_record(record: Any, file: str | Path) -> dict[str, Any]:
     if "rows" in record and "runs" in record:
         raise RlperfError(f"{file} is a comparison (rlperf compare --json), not a run record",
                           hint="pass the run directories it compared")
-    if kind is not None and kind not in RUN_KINDS:
+    if kind is not None and (not isinstance(kind, str) or kind not in RUN_KINDS):
         raise RlperfError(f"{file} is not a run record (kind {short(kind)})",
                           hint=f"run records have kind {', '.join(sorted(RUN_KINDS))}")
     status = record.get("status")
-    if status not in STATUSES:
+    if not isinstance(status, str) or status not in STATUSES:
         what = "no status" if status is None else f"status {short(status)}"
         raise RlperfError(f"{file} is not a run record ({what})",
                           hint="pass a run directory written by rlperf, or its run.json")
@@ -263,7 +263,8 @@ def read_record(path: str | Path) -> dict[str, Any]:
 def check_comparable_record(record: Mapping[str, Any], file: str | Path) -> None:
     """What ``compare`` needs on top of :func:`read_record`: the command that made it and the
     measured sections (a hand-written ``{"schema": 1, "status": ...}`` is not evidence)."""
-    if record.get("kind") not in RUN_KINDS:
+    kind = record.get("kind")
+    if not isinstance(kind, str) or kind not in RUN_KINDS:
         raise RlperfError(f"{file} is not a run record (no kind)", hint="pass a run directory written by rlperf")
     missing = [s for s in ("system", "throughput", "phases") if not isinstance(record.get(s), dict)]
     if missing:
