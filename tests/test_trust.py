@@ -298,6 +298,17 @@ def test_a_config_nested_5000_levels_deep_is_one_line(tmp_path: Path, capsys) ->
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_record_a_ray_trial_reports_is_checked_like_a_file(tmp_path: Path) -> None:
+    """A sweep's trial on a remote Ray node reports its record instead of a file this machine can read."""
+    from rlperf.experiments.sweep import Trial, _take_record
+
+    trial = Trial(index=0, point=0, repeat=0, overrides=[], params={})
+    _take_record(trial, tmp_path / "remote", record("ok", 100))
+    assert trial.status == "completed"
+    with pytest.raises(RlperfError, match=r"totals\.env_steps"):
+        _take_record(trial, tmp_path / "remote", record("bad", 100, totals__env_steps=-1))
+
+
 # -- item 7: only regular files, with a size limit -------------------------------------------------
 
 
@@ -341,7 +352,6 @@ def test_records_and_configs_over_the_size_limit_are_refused(tmp_path: Path, cap
 
 @pytest.mark.parametrize("how", ["symlink", "hardlink", "fifo"])
 def test_metrics_csv_that_is_not_the_run_dirs_own_file_is_refused(how: str, tmp_path: Path) -> None:
-    from rlperf.errors import RlperfError
     from rlperf.run.files import MetricsCSV
 
     outside = tmp_path / "outside.csv"

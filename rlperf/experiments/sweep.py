@@ -51,6 +51,7 @@ from rlperf.config import (
 from rlperf.errors import ConfigError, DiskError, RlperfError
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import check_run_name, make_run_dir, read_record, write_json_atomic, write_text_atomic
+from rlperf.run.schema import validate_record
 from rlperf.run.signals import STOP_SIGNALS, RunInterrupted, StopSignal, in_main_thread
 from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES
@@ -479,7 +480,8 @@ def _take_record(t: Trial, run_dir: str | Path, reported: dict[str, Any] | None 
     except RlperfError:
         if reported is None:
             raise
-        t.record = reported  # a remote Ray node whose disk this machine cannot see
+        # A remote Ray node whose disk this machine cannot see: its report, checked like a file.
+        t.record = validate_record(reported, f"{run_dir} (as the Ray trial reported it)")
     t.status = t.record.get("status", "failed")
     t.error = t.record.get("error")
 
