@@ -274,6 +274,15 @@ def test_names_from_records_reach_the_terminal_escaped(name: str, tmp_path: Path
     assert shown[:6] in out  # the name itself, as text (columns may wrap it)
 
 
+def test_phase_names_of_a_users_script_are_escaped_in_every_table() -> None:
+    from rlperf.report.tables import phase_table, render_to_str, summary_table
+
+    phases = {"\x1b[2J[/]": {"total_s": 1.0, "share": 1.0, "calls": 3, "mean_ms": 1.0, "p50_ms": 1.0, "p95_ms": 1.0}}
+    text = render_to_str(phase_table(phases, title="[bold]", timing_mode="\x1b]8;;x\x07"))
+    assert "\x1b" not in text and "\\x1b[2J[/]" in text and "[bold]" in text
+    assert "\x1b" not in render_to_str(summary_table(record("r", 100, status="\x1b[31m")))
+
+
 def test_escape_sequences_in_error_lines_are_escaped(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "evil\x1b]0;title\x07"
     bad = write(folder, "r", record("r", 100, totals__env_steps=-1))

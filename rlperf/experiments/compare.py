@@ -26,6 +26,7 @@ from rich.text import Text
 from rlperf.config import SEED_MAX, Config, apply_overrides
 from rlperf.errors import ConfigError, RlperfError
 from rlperf.report.stats import SPREAD_RULE, Summary, is_number, overlaps, summarize
+from rlperf.report.tables import safe_table
 from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import CHECKPOINT_NAME, RECORD_NAME, check_comparable_record, make_run_dir, read_record
@@ -294,7 +295,7 @@ def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") 
             table.add_section()
         previous_group = group
         table.add_row(*_render_row(row))
-    return table
+    return safe_table(table)  # run names and phase names come from records
 
 
 def _render_row(row: Mapping[str, Any]) -> list[Text | str]:

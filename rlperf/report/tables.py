@@ -81,7 +81,7 @@ def phase_table(
         "",
         style="bold",
     )
-    return table
+    return safe_table(table)  # phase names are a user's own when the record is a script's
 
 
 def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> Table:
@@ -121,7 +121,7 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
         rows.append(("env kernel", f"{env['kernel']} ({env['reason'].removeprefix('auto: ')})" if fallback else env["kernel"]))
     for label, value in rows:
         table.add_row(label, value)
-    return table
+    return safe_table(table)
 
 
 def _time_to_cell(record: Mapping[str, Any], target: float) -> str:
