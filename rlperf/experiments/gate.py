@@ -25,6 +25,12 @@ that inverts the same test). Interleaving the two sides' runs (A B A B ...) spre
 the machine over both, and every run uses the config's seed: on the CPU each repeat then does
 the same work step by step, so the spread is the machine's, not the workload's.
 
+**What is compared.** Like with like: every record must agree on :data:`MEASURES` (what kind of
+run, which env and size, how many boards, the device, the timing mode, the rlperf version), and
+the records of one side on the config's knobs that change the work (:func:`check_like_with_like`;
+``--allow-mismatch KEY`` lifts a key). A run counts once (:func:`check_duplicates`). Records were
+validated when read (:mod:`rlperf.run.schema`), so the figures below come from sane numbers.
+
 Nothing here knows about Typer; :func:`verdict` is plain data.
 """
 
