@@ -262,6 +262,17 @@ def test_odd_records_in_the_gate_are_one_line_exit_2(changes: dict[str, Any], fi
     assert_one_line(code, out, err, field or "has no step-p25 figure")
 
 
+def test_a_record_nested_deeper_than_any_record_is_refused(tmp_path: Path, capsys) -> None:
+    """Deep enough to pass the JSON parser, too deep for a reader that recurses (hashing it, printing it)."""
+    base = side(tmp_path / "base", "b", BASE_US)
+    cand = side(tmp_path / "cand", "c", SLOW_US)
+    text = json.dumps(record("deep", 125)).replace('"checkpoint": null', '"checkpoint": null, "extra": '
+                                                   + '{"a": ' * 900 + "1" + "}" * 900)
+    deep = write(tmp_path / "deep", "deep", text)
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand[:4], str(deep), "--fail-if-slower", "5%"], capsys)
+    assert_one_line(code, out, err, "nested deeper than 64 levels")
+
+
 @pytest.mark.parametrize("name", ["[/]", "[bold red]x[/]", "\x1b]0;pwned\x07title", "a\x1b[31mred", "line\nbreak"])
 def test_names_from_records_reach_the_terminal_escaped(name: str, tmp_path: Path, capsys) -> None:
     """A record named ``[/]`` crashed compare (rich markup); escape sequences reached the terminal raw."""

@@ -9,7 +9,8 @@ computed from nonsense (``env steps/s -27.9 k/s``). Only regular files, at most
 :data:`~rlperf.inputfiles.RECORD_MAX_BYTES`, are read (:func:`rlperf.inputfiles.read_user_file`).
 
 The rules cover the fields readers use; a field this rlperf does not know is kept as it is, except
-that every number anywhere in a record must be finite (JSON has no NaN; Python's parser accepts it).
+that every number anywhere in a record must be finite (JSON has no NaN; Python's parser accepts it)
+and nothing may nest deeper than :data:`DEPTH_MAX` levels (readers that recurse stay safe).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ STATUSES = frozenset({"completed", "interrupted", "diverged", "failed"})
 
 COUNT_MAX = 2**63 - 1
 """The largest count a record can hold (what an int64 counter reaches)."""
+
+DEPTH_MAX = 64
+"""The deepest nesting a record may have (rlperf's own are 5 deep; a PhaseTimer's config is the user's)."""
 
 SECTIONS = ("config", "system", "env", "timing", "totals", "throughput", "phases", "learning", "memory",
             "time_to_score", "checkpoint", "files")
@@ -171,17 +175,20 @@ def _values(node: Any, parts: list[str], at: str) -> list[tuple[str, Any]]:
     return [p for k in keys for p in _values(node[k], rest, f"{at}.{k}" if at else str(k))]
 
 
-def _non_finite(record: Any) -> str | None:
-    """The path of the first NaN or infinity anywhere in ``record`` (iteratively: depth is not a risk)."""
-    stack: list[tuple[str, Any]] = [("", record)]
+def _bad_value(record: Any) -> str | None:
+    """What is wrong with the first NaN or infinity anywhere in ``record``, or with a value nested
+    deeper than :data:`DEPTH_MAX` (walked iteratively: depth is no risk here, but is to recursive readers)."""
+    stack: list[tuple[str, Any, int]] = [("", record, 0)]
     while stack:
-        at, node = stack.pop()
+        at, node, depth = stack.pop()
+        if depth > DEPTH_MAX:
+            return f"{at[:60]}... is nested deeper than {DEPTH_MAX} levels"
         if isinstance(node, float) and not math.isfinite(node):
-            return at or "the record"
+            return f"{at or 'the record'} is not a finite number"
         if isinstance(node, dict):
-            stack.extend((f"{at}.{k}" if at else str(k), v) for k, v in node.items())
+            stack.extend((f"{at}.{k}" if at else str(k), v, depth + 1) for k, v in node.items())
         elif isinstance(node, list):
-            stack.extend((f"{at}[{i}]", v) for i, v in enumerate(node))
+            stack.extend((f"{at}[{i}]", v, depth + 1) for i, v in enumerate(node))
     return None
 
 
@@ -221,9 +228,9 @@ def validate_record(record: Any, file: str | Path) -> dict[str, Any]:
             expected = rule(value)
             if expected is not None:
                 raise RlperfError(f"run record {file} is damaged: {at} is {short(value)}, expected {expected}", hint=_HINT)
-    bad = _non_finite(record)
+    bad = _bad_value(record)
     if bad is not None:
-        raise RlperfError(f"run record {file} is damaged: {bad} is not a finite number", hint=_HINT)
+        raise RlperfError(f"run record {file} is damaged: {bad}", hint=_HINT)
     _check_consistent(record, file)
     return record
 
