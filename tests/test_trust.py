@@ -344,7 +344,7 @@ def test_devices_and_fifos_are_refused_without_reading(tmp_path: Path) -> None:
     fifo_dir.mkdir()
     os.mkfifo(fifo_dir / "run.json")
     for arg, what in (("/dev/zero", "a character device"), (str(fifo_dir / "run.json"), "a FIFO"),
-                      (str(fifo_dir), "no run.json")):
+                      (str(fifo_dir), "a FIFO")):
         proc = _rlperf(["compare", arg, str(run)], tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and what in proc.stderr, proc.stderr
 

@@ -414,7 +414,7 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
         return Source(path.stem, arg, config=make_config(arg))
     if not path.exists():
         raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
-    if path.is_dir() and not (path / RECORD_NAME).is_file():
+    if path.is_dir() and not (path / RECORD_NAME).exists():  # one that is not a file: read_record says what it is
         if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
             raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
                               hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
