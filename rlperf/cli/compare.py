@@ -77,8 +77,9 @@ def compare(
 ) -> None:
     """Compare runs side by side: phase times, throughput, score, memory, and ratios to the first.
 
-    As a CI gate: rlperf compare BASELINE --candidate CONFIG --fail-if-slower 5% exits 1 only when the
-    candidate is slower by more than 5% beyond the noise, 0 otherwise, 2 on bad input."""
+    As a CI gate: rlperf compare BASELINE... --candidate CANDIDATE... --fail-if-slower 5% (e.g. base/*/
+    --candidate cand/*/, or a config for either side) exits 1 only when the candidate is slower by more
+    than 5% beyond the noise, 0 otherwise, 2 on bad input."""
     from rlperf.experiments.compare import compare as build_comparison
     from rlperf.experiments.compare import load_sources, run_sources
     from rlperf.report.dashboard import RunsProgress
