@@ -24,8 +24,9 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rlperf.errors import ConfigError
+from rlperf.errors import ConfigError, RlperfError
 from rlperf.flags import RUN_FLAGS
+from rlperf.inputfiles import CONFIG_MAX_BYTES, read_user_file
 
 __all__ = [
     "AgentConfig",
@@ -57,6 +58,8 @@ def _cross_field(message: str, hint: str) -> PydanticCustomError:
 SEED_MAX = 2**63 - 1
 """The largest ``run.seed``: seeds derived from it (repeat k's ``seed + k``, the actors' offsets) stay
 inside the unsigned 64-bit range torch and NumPy accept."""
+THREADS_MAX = 1024
+"""More threads than any machine runs (torch cannot take 2**64, OpenBLAS fails at about 100,000)."""
 
 
 class RunConfig(BaseModel):
@@ -66,8 +69,8 @@ class RunConfig(BaseModel):
 
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for the envs, the network and ε-greedy, 0 to 2**63-1")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
-    threads: int = Field(0, ge=0, description="torch/OMP/MKL threads; 0 keeps the library default "
-        "(docs/bottlenecks.md §14, rlperf explain 14)")
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch/OMP/MKL threads, up to 1024; 0 keeps the library "
+                         "default (docs/bottlenecks.md §14, rlperf explain 14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
     timing: Literal["auto", "sync", "events", "off"] = Field(
         "auto", description="phase timer mode on CUDA; auto = events on CUDA, perf_counter on CPU"
@@ -422,7 +425,9 @@ def _read(path: str | Path | None) -> tuple[dict[str, Any], str]:
     if not file.is_file():
         raise ConfigError(f"config path is not a file: {path_str}")
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_user_file(file, "config", CONFIG_MAX_BYTES).decode("utf-8")
+    except RlperfError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path_str}: {_one_line(str(exc))}") from None
     return _parse(text, path_str), path_str
@@ -438,6 +443,8 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message carries "(at line L, column C)".
         raise ConfigError(f"{source}: malformed TOML: {_one_line(str(exc))}") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ConfigError(f"{source}: values nested too deeply to be a config") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,7 +494,7 @@ def _parse_value(raw: str) -> Any:
     if "\n" not in raw and "\r" not in raw:
         try:
             return tomllib.loads(f"value = {raw}")["value"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             pass
     return raw
 

@@ -3,9 +3,11 @@
     python scripts/bench_gate.py [--config smoke] [--steps 8000] [--repeats 7] [--trials 20] [--threshold 5]
                                  [--plant 0.15] [--metric step-p25] [--json] [--out FILE]
 
-Each trial is one verdict of ``rlperf compare CONFIG --candidate CONFIG --fail-if-slower 5%``, run
-through the library the command calls (rlperf.experiments.gate), ``--repeats`` interleaved runs a
-side. Two kinds of trial, alternated so that the machine's state falls on both:
+Each trial is one verdict of the gate on records, given the way the README's CI example gives them:
+``--repeats`` runs a side, interleaved (baseline, candidate, baseline, ...) into ``base/`` and
+``cand/``, then ``rlperf compare base/*/ --candidate cand/*/ --fail-if-slower 5% --json`` (the
+arguments a shell passes for those globs, through the command's own entry point, in process). Two
+kinds of trial, alternated so that the machine's state falls on both:
 
 - **identical**: the same config on both sides. A verdict of "fail" is a false alarm (target ≤ 5%).
 - **planted**: the candidate's every vector step is followed by ``plant / (1 − plant)`` of the step's
@@ -21,6 +23,10 @@ short runs (for the test suite; its rates mean nothing).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
+import io
+import json
 import math
 import statistics
 import tempfile
@@ -30,9 +36,10 @@ from typing import Any
 
 from benchutil import emit, machine_info, machine_line
 
+from rlperf import cli
 from rlperf.config import config_from
 from rlperf.experiments import gate
-from rlperf.experiments.compare import Source
+from rlperf.run.common import thread_settings_restored
 from rlperf.run.lifecycle import RunHooks, train_run
 
 
@@ -81,10 +88,23 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
 
 def one_verdict(cfg: Any, repeats: int, threshold: float, metric: str, runner: Any, out: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    baseline = [Source("baseline", "config", config=cfg)]
-    candidate = [Source("candidate", "config", config=cfg)]
-    base, cand, _ = gate.gather(baseline, candidate, repeats, metric, out=out, runner=runner)
-    v = gate.verdict(gate.samples(base, metric), gate.samples(cand, metric), threshold, metric)
+    runner = runner or (lambda label, cfg, **kwargs: train_run(cfg, **kwargs))
+    for k in range(repeats):
+        for side in ("baseline", "candidate"):
+            with thread_settings_restored():
+                runner(side, cfg, out=out / side, name=f"{side}{k}", quiet=True, dashboard=False, kind="compare")
+    # What a shell passes for base/*/ and cand/*/: the directories, sorted.
+    argv = ["compare", *sorted(glob.glob(f"{out / 'baseline'}/*/")), "--candidate",
+            *sorted(glob.glob(f"{out / 'candidate'}/*/")), "--fail-if-slower", f"{100 * threshold:g}%",
+            "--gate-metric", metric, "--json"]
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        try:
+            cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    v = json.loads(stdout.getvalue())
+    assert code == v["exit_code"] and v["n"] == [repeats, repeats], (code, v["n"])
     v["wall_s"] = time.perf_counter() - started
     return v
 

@@ -176,6 +176,20 @@ def _newer_record(run_dir: Path) -> None:
     write_json_atomic(run_dir / "run.json", {**record, "schema": record["schema"] + 1})
 
 
+class Planted:
+    """A class a raw-pickle checkpoint names: loading it would run whatever its module does."""
+
+
+def _pickled_checkpoint(run_dir: Path) -> None:
+    torch.save({"schema": 1, "planted": Planted()}, run_dir / "checkpoint.pt")
+
+
+def _metrics_through_a_link(run_dir: Path) -> None:
+    outside = run_dir.parent / "outside.csv"
+    (run_dir / "metrics.csv").rename(outside)
+    (run_dir / "metrics.csv").symlink_to(outside)
+
+
 RESUME_CASES = [
     # (id, how to damage a copy of a finished run, extra args, names in the line)
     ("not-a-run-directory", lambda d: [p.unlink() for p in d.iterdir()], (), ("not a run directory",)),
@@ -197,6 +211,10 @@ RESUME_CASES = [
     ("with-name", None, ("--name", "x"), ("--name", "--resume")),
     ("already-complete", None, (), ("train.steps=64", "--steps")),
     ("shorter-than-done", None, ("--steps", "32"), ("train.steps=32",)),
+    # torch's whole caution, not cut at "Re-running torch.load with weights_only set to False".
+    ("raw-pickle-checkpoint", _pickled_checkpoint, ("--steps", "128"),
+     ("weights_only", "arbitrary code execution", "Do it only if you got the file from a trusted source")),
+    ("metrics-csv-symlink", _metrics_through_a_link, ("--steps", "128"), ("metrics.csv", "symbolic link")),
 ]
 
 
@@ -207,7 +225,7 @@ def test_resume_bad_input(case: tuple, finished_run: Path, tmp_path: Path, capsy
     shutil.copytree(finished_run, run_dir)
     if damage is not None:
         damage(run_dir)
-    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}  # through a link: the file outside
     code, stdout, stderr = run_main(["train", "--resume", str(run_dir), *args], capsys)
     assert_one_line_error(code, stdout, stderr, names)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # nothing written

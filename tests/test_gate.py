@@ -42,8 +42,9 @@ def write_record(folder: Path, name: str, us_per_env_step: float, kind: str = "t
     run_dir.mkdir(parents=True)
     record = {
         "schema": 1, "kind": kind, "name": name, "run_dir": str(run_dir), "status": "completed", "system": SYSTEM,
+        "config": {"env": {"id": "rlperf/Snake-v0", "size": 6, "num_envs": 16}},
         "totals": {"env_steps": 16_000, "vector_steps": 1_000},
-        "timing": {"vector_step": {"p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3,
+        "timing": {"mode": "cpu", "vector_step": {"p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3,
                                    "calls": 1000}},
         "throughput": {"env_steps_per_s": 1e6 / us_per_env_step},
         "phases": {"step": {"total_s": 1.0, "share": 1.0}},
@@ -66,12 +67,12 @@ def test_the_exact_u_distribution() -> None:
     assert gate.shift_interval(x, y) == (7.0, 13.0)  # differences 6..14: 6, 7, 7 | ... | 13, 13, 14
 
 
-@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5 %", 0.125), ("0%", 0.0)])
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.5%", 0.005), ("12.5 %", 0.125), ("0%", 0.0)])
 def test_thresholds_parse(text: str, value: float) -> None:
     assert gate.parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["abc", "-5%", "100%", "1.5", ""])
+@pytest.mark.parametrize("text", ["abc", "-5%", "100%", "1.5", "", "0.05", "5", "0.5"])
 def test_bad_thresholds_are_refused(text: str) -> None:
     with pytest.raises(RlperfError):
         gate.parse_threshold(text)

@@ -24,6 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from rlperf import __version__
 from rlperf.errors import RlperfError
+from rlperf.report.units import terminal_safe
 from rlperf.run.signals import RunInterrupted, StopSignal, ignore_stop_signals
 
 
@@ -145,9 +146,10 @@ def main(argv: list[str] | None = None, stop: StopSignal | None = None) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr, whatever state stderr is in."""
+    """One line on stderr, whatever state stderr is in; control characters from a path or a value
+    in it are escaped (they would split the line or drive the terminal)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(line, file=sys.stderr, flush=True)
+        print(terminal_safe(line), file=sys.stderr, flush=True)
 
 
 # -- output that cannot fail a run ----------------------------------------------------------------

@@ -9,15 +9,47 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rlperf.cli.app import command, command_stop, rendering
+from rlperf.cli.app import OneLineUsageErrors, app, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 from rlperf.errors import RlperfError
+from rlperf.report.units import terminal_safe
 
 if TYPE_CHECKING:
     from rlperf.config import Config
 
 
-@command()
+def candidate_arguments(args: list[str]) -> list[str]:
+    """The command line with every argument after ``--candidate`` up to the next option given to the
+    candidate: ``--candidate C1 C2 C3`` (a shell's glob, ``--candidate cand/*/``) becomes ``--candidate
+    C1 --candidate C2 --candidate C3``. A click option takes one value; without this the second and
+    later candidate records would silently join the baseline, the positional arguments."""
+    out: list[str] = []
+    taking = value_next = False
+    for i, arg in enumerate(args):
+        if value_next:  # the value of --candidate itself
+            out.append(arg)
+            value_next = False
+        elif arg == "--":  # everything after it is positional: the baseline
+            return out + args[i:]
+        elif arg == "--candidate" or arg.startswith("--candidate="):
+            out.append(arg)
+            taking, value_next = True, arg == "--candidate"
+        elif arg.startswith("-") and arg != "-":
+            out.append(arg)
+            taking = False
+        else:
+            out += ["--candidate", arg] if taking else [arg]
+    return out
+
+
+class CompareCommand(OneLineUsageErrors):
+    """``rlperf compare``: several candidate records after one ``--candidate``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, candidate_arguments(args))
+
+
+@app.command(cls=CompareCommand)
 @run_options()
 def compare(
     runs: Annotated[list[str] | None, typer.Argument(
@@ -28,11 +60,15 @@ def compare(
         "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 5 for the gate); repeat k uses seed + k.",
         show_default=False)] = None,
     candidate: Annotated[list[str] | None, typer.Option(
-        "--candidate", help="The gate: a config to run now, or run records, against the baseline (the arguments).",
+        "--candidate", help="The gate: a config to run now, or run records (every argument after --candidate up to the "
+        "next option, e.g. --candidate cand/*/), against the baseline (the other arguments).",
         show_default=False)] = None,
     fail_if_slower: Annotated[str | None, typer.Option(
-        "--fail-if-slower", metavar="PCT", help="The gate: exit 1 when the candidate is slower than the baseline by more "
-        "than PCT (e.g. 5%) beyond the noise (one-sided exact Mann–Whitney U, p < 0.05); else 0.")] = None,
+        "--fail-if-slower", metavar="PCT%", help="The gate: exit 1 when the candidate is slower than the baseline by more "
+        "than PCT% (the % sign is required: 5%) beyond the noise (one-sided exact Mann–Whitney U, p < 0.05); else 0.")] = None,
+    allow_mismatch: Annotated[list[str] | None, typer.Option(
+        "--allow-mismatch", metavar="KEY", help="The gate: compare records that differ in KEY (kind, env.id, env.size, "
+        "num_envs, device, timing, rlperf, config.SECTION.KEY) anyway (repeatable).", show_default=False)] = None,
     gate_metric: Annotated[str, typer.Option(
         "--gate-metric", help="step-p25: time per env step at the p25 vector step (robust on shared machines); "
         "step-median: at the median step; throughput: mean env steps/s.")] = "step-p25",
@@ -41,8 +77,9 @@ def compare(
 ) -> None:
     """Compare runs side by side: phase times, throughput, score, memory, and ratios to the first.
 
-    As a CI gate: rlperf compare BASELINE --candidate CONFIG --fail-if-slower 5% exits 1 only when the
-    candidate is slower by more than 5% beyond the noise, 0 otherwise, 2 on bad input."""
+    As a CI gate: rlperf compare BASELINE... --candidate CANDIDATE... --fail-if-slower 5% (e.g. base/*/
+    --candidate cand/*/, or a config for either side) exits 1 only when the candidate is slower by more
+    than 5% beyond the noise, 0 otherwise, 2 on bad input."""
     from rlperf.experiments.compare import compare as build_comparison
     from rlperf.experiments.compare import load_sources, run_sources
     from rlperf.report.dashboard import RunsProgress
@@ -59,8 +96,9 @@ def compare(
     def make_config(path: str) -> Config:
         return run.build_config(path)
 
-    if candidate or fail_if_slower is not None or gate_metric != "step-p25":
-        _gate(args, candidate or [], fail_if_slower, gate_metric, repeats, vs or [], make_config, run)
+    if candidate or fail_if_slower is not None or gate_metric != "step-p25" or allow_mismatch:
+        _gate(args, candidate or [], fail_if_slower, gate_metric, repeats, vs or [], allow_mismatch or [], make_config,
+              run)
     repeats = repeats or 1
 
     sources = load_sources(args, vs or [], make_config)
@@ -91,7 +129,7 @@ def compare(
 
             print_table(compare_table(comparison))
             for warning in comparison["warnings"]:
-                print(f"warning: {warning}", file=sys.stderr)
+                print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
         if interrupted:
             print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
         if run.plot:
@@ -102,7 +140,7 @@ def compare(
 
 
 def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: str | None, metric: str,
-          repeats: int | None, vs: list[str], make_config: Any, run: RunArgs) -> None:
+          repeats: int | None, vs: list[str], allow: list[str], make_config: Any, run: RunArgs) -> None:
     """``--candidate ... --fail-if-slower PCT``: run or read both sides, print the table and the verdict, exit 0 or 1."""
     from rlperf.experiments import gate
     from rlperf.experiments.compare import compare as build_comparison
@@ -118,15 +156,18 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
     if metric not in gate.METRICS:
         raise RlperfError(f"unknown --gate-metric {metric!r}", hint=f"use {' or '.join(gate.METRICS)}")
     threshold = gate.parse_threshold(fail_if_slower)
+    gate.check_allowed(allow)
     repeats = repeats or gate.DEFAULT_REPEATS
     baseline = gate.load_side(baseline_args, "baseline", make_config)
     candidate = gate.load_side(candidate_args, "candidate", make_config)
+    gate.check_duplicates(baseline + candidate)
     gate.check_records(baseline + candidate, metric)
     counts = [repeats if side[0].config is not None else len(side) for side in (baseline, candidate)]
     if gate.min_p(*counts) >= gate.ALPHA:
         raise RlperfError(f"{counts[0]} baseline and {counts[1]} candidate runs cannot show a slowdown at p < "
                           f"{gate.ALPHA:g}", hint="run each side at least 4 times (--repeats 5 is the default), or pass "
                           "more baseline records")
+    gate.check_sources(baseline, candidate, allow)
     to_run = sum(repeats for side in (baseline, candidate) if side[0].config is not None)
     progress = None if run.quiet or run.json_ or not to_run else RunsProgress("gate", to_run)
 
@@ -139,16 +180,20 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
+    changed = gate.check_like_with_like({side.label: [(name, gate.measures(r)) for name, r in
+                                                       zip(gate.run_names(side), side.records, strict=True)]
+                                         for side in (base, cand)}, allow)
     b, c = gate.samples(base, metric), gate.samples(cand, metric)
     if gate.min_p(len(b), len(c)) >= gate.ALPHA:
         raise RlperfError(f"only {len(b)} baseline and {len(c)} candidate runs completed: too few for a verdict",
                           hint="see the runs' records for why the others did not complete")
     result = gate.verdict(b, c, threshold, metric)
     comparison = build_comparison([base, cand])
-    result["baseline"] = {"source": base.source, "samples_s_per_env_step": b,
-                          "run_dirs": [r.get("run_dir") for r in base.records]}
-    result["candidate"] = {"source": cand.source, "samples_s_per_env_step": c,
-                           "run_dirs": [r.get("run_dir") for r in cand.records]}
+    for side, samples in ((base, b), (cand, c)):
+        result[side.label] = {"source": side.source, "samples_s_per_env_step": samples, "names": gate.run_names(side),
+                              "run_dirs": [r.get("run_dir") for r in side.records]}
+    result["config_changes"] = changed
+    result["allowed_mismatches"] = allow
     result["warnings"] = comparison["warnings"]
     result["comparison"] = comparison
     with rendering():
@@ -159,9 +204,12 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
             from rlperf.report.tables import print_table
 
             print_table(compare_table(comparison, title="gate"))
-            print(gate.verdict_line(result))
+            print(terminal_safe(gate.compared_line(result)))
+            if changed:
+                print(terminal_safe(f"the sides differ in config: {'; '.join(changed)}"))
+            print(terminal_safe(gate.verdict_line(result)))
             for warning in comparison["warnings"]:
-                print(f"warning: {warning}", file=sys.stderr)
+                print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
         if run.plot:
             from rlperf.cli.figures import draw_comparison
 

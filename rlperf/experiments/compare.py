@@ -26,6 +26,7 @@ from rich.text import Text
 from rlperf.config import SEED_MAX, Config, apply_overrides
 from rlperf.errors import ConfigError, RlperfError
 from rlperf.report.stats import SPREAD_RULE, Summary, is_number, overlaps, summarize
+from rlperf.report.tables import safe_table
 from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import CHECKPOINT_NAME, RECORD_NAME, check_comparable_record, make_run_dir, read_record
@@ -294,7 +295,7 @@ def compare_table(comparison: Mapping[str, Any], title: str | None = "compare") 
             table.add_section()
         previous_group = group
         table.add_row(*_render_row(row))
-    return table
+    return safe_table(table)  # run names and phase names come from records
 
 
 def _render_row(row: Mapping[str, Any]) -> list[Text | str]:
@@ -347,6 +348,7 @@ class Source:
     origin: str
     record: dict[str, Any] | None = None
     config: Config | None = None
+    file: Path | None = None  # the record's file
 
 
 def variant(cfg: Config, overrides: Sequence[str]) -> Config:
@@ -412,7 +414,7 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
         return Source(path.stem, arg, config=make_config(arg))
     if not path.exists():
         raise RlperfError(f"no such run, record or config: {arg}", hint="pass a run directory, a run.json or a .toml config")
-    if path.is_dir() and not (path / RECORD_NAME).is_file():
+    if path.is_dir() and not (path / RECORD_NAME).exists():  # one that is not a file: read_record says what it is
         if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
             raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
                               hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
@@ -420,9 +422,11 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
             f"{arg} is not a run directory (no {RECORD_NAME})",
             hint="pass a directory written by rlperf train, or a .toml config",
         )
-    record = read_record(path)
-    check_comparable_record(record, path / RECORD_NAME if path.is_dir() else path)
-    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record)
+    file = path / RECORD_NAME if path.is_dir() else path
+    record = read_record(file)
+    check_comparable_record(record, file)
+    return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record,
+                  file=file)
 
 
 _RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")

@@ -25,16 +25,26 @@ that inverts the same test). Interleaving the two sides' runs (A B A B ...) spre
 the machine over both, and every run uses the config's seed: on the CPU each repeat then does
 the same work step by step, so the spread is the machine's, not the workload's.
 
+**What is compared.** Like with like: every record must agree on :data:`MEASURES` (what kind of
+run, which env and size, how many boards, the device, the timing mode, the rlperf version), and
+the records of one side on the config's knobs that change the work (:func:`check_like_with_like`;
+``--allow-mismatch KEY`` lifts a key). A run counts once (:func:`check_duplicates`). Records were
+validated when read (:mod:`rlperf.run.schema`), so the figures below come from sane numbers.
+
 Nothing here knows about Typer; :func:`verdict` is plain data.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
+import hashlib
+import json
 import math
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlperf.errors import RlperfError
@@ -48,12 +58,20 @@ TEST = ("one-sided exact Mann–Whitney U test on log time per env step, the can
 
 
 def parse_threshold(text: str) -> float:
-    """``"5%"`` or ``"0.05"`` -> 0.05; one-line error otherwise (0 ≤ t < 100%)."""
+    """``"5%"`` -> 0.05; one-line error otherwise (0% ≤ t < 100%).
+
+    The percent sign is required: a bare ``5`` (5%? 500%?) and ``0.05`` (5%? 0.05%?) are each read
+    one way by some CI tools and the other way by others, and a gate that reads 0.5 as 50% passes
+    a regression silently."""
     raw = str(text).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(%?)", raw)
+    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*%", raw)
     if match is None:
+        if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", raw):
+            fraction = f", or {100 * float(raw):g}% if {raw} was a fraction" if float(raw) < 1 else ""
+            raise RlperfError(f"--fail-if-slower {raw} has no % sign",
+                              hint=f"the threshold is a slowdown in percent: write --fail-if-slower {raw}%{fraction}")
         raise RlperfError(f"--fail-if-slower {raw!r} is not a percentage", hint="write e.g. --fail-if-slower 5%")
-    value = float(match.group(1)) / (100 if match.group(2) else 1)
+    value = float(match.group(1)) / 100
     if not 0 <= value < 1:
         raise RlperfError(f"--fail-if-slower {raw} is out of range", hint="give a slowdown from 0% up to (not) 100%")
     return value
@@ -67,7 +85,9 @@ def time_per_env_step(record: Mapping[str, Any], metric: str) -> float | None:
         return 1.0 / rate if is_number(rate) and rate > 0 else None
     step = ((record.get("timing") or {}).get("vector_step") or {}).get(_STEP_FIELD[metric])
     env_steps, vector_steps = totals.get("env_steps"), totals.get("vector_steps")
-    if not (is_number(step) and is_number(env_steps) and is_number(vector_steps)) or not env_steps or step <= 0:
+    if not (is_number(step) and is_number(env_steps) and is_number(vector_steps)):
+        return None
+    if env_steps <= 0 or vector_steps <= 0 or step <= 0:  # a run without steps has no time per step
         return None
     return step / 1e3 / (env_steps / vector_steps)
 
@@ -187,13 +207,28 @@ def load_side(args: Sequence[str], side: str, make_config: Any) -> list[Any]:
 
     if not args:
         raise RlperfError(f"the gate needs a {side}", hint="rlperf compare BASELINE --candidate CONFIG --fail-if-slower 5%")
-    sources = [source_from(arg, make_config) for arg in args]
+    sources = [source_from(arg, make_config) for arg in expand_globs(args)]
     if any(s.config is not None for s in sources) and len(sources) > 1:
         raise RlperfError(f"the {side} is one config or run records, got {len(sources)} arguments with a config among them",
                           hint=f"give the {side} config once; --repeats runs it several times")
     for s in sources:
         s.label = side
     return sources
+
+
+def expand_globs(args: Sequence[str]) -> list[str]:
+    """Each argument as given, or, when it is a glob pattern that names no path itself (quoted on a
+    command line, or from a shell that does not expand it), the paths it matches, sorted."""
+    out: list[str] = []
+    for arg in args:
+        if glob.has_magic(arg) and not Path(arg).exists():
+            found = sorted(glob.glob(arg))
+            if not found:
+                raise RlperfError(f"no run, record or config matches {arg}", hint="check the pattern, e.g. 'baseline/*/'")
+            out.extend(found)
+        else:
+            out.append(arg)
+    return out
 
 
 def check_records(sources: Sequence[Any], metric: str) -> None:
@@ -231,3 +266,176 @@ def samples(side: Any, metric: str) -> list[float]:
     """Seconds per env step of each of a side's completed runs."""
     values = [time_per_env_step(r, metric) for r in side.records if r.get("status", "completed") == "completed"]
     return [v for v in values if v is not None]
+
+
+def run_names(side: Any) -> list[str]:
+    """The names of a side's runs, as their records give them."""
+    return [str(r.get("name") or r.get("run_dir") or "?") for r in side.records]
+
+
+def compared_line(v: Mapping[str, Any], show: int = 6) -> str:
+    """``compared: baseline 5 runs (a, b, ...); candidate 5 runs (...)``: what the verdict is about."""
+    parts = []
+    for side in ("baseline", "candidate"):
+        names = v[side]["names"]
+        listed = ", ".join(names[:show]) + (f", … {len(names) - show} more" if len(names) > show else "")
+        parts.append(f"{side} {len(names)} run{'s' if len(names) != 1 else ''} ({listed})")
+    return "compared: " + "; ".join(parts)
+
+
+# -- like with like -------------------------------------------------------------------------------
+
+MEASURES = ("kind", "env.id", "env.size", "num_envs", "device", "timing", "rlperf")
+"""What every record the gate compares must agree on, on both sides; ``--allow-mismatch KEY`` lifts one.
+The config's knobs that change the work (``config.SECTION.KEY``) must agree within each side; across
+the sides they are what a config change under review changes, and the verdict names them."""
+
+_KIND = {"train": "train", "compare": "train", "sweep": "train", "replay": "train", "profile": "profile",
+         "external": "external"}
+"""What a record's timings are: a plain training run (whichever command ran it), a run under the
+profilers (cProfile stretches every Python call), or a user's own loop (``rlperf.PhaseTimer``)."""
+
+NOT_WORK = frozenset({
+    "run.seed", "run.device", "run.timing",  # the seed changes the draws, not the work; the others are MEASURES
+    "env.id", "env.size", "env.num_envs",
+    "train.episodes", "train.steps", "train.score_targets", "train.checkpoint", "train.tensorboard",
+    "async.stall_timeout_s", "async.restart_actors",
+})
+"""Config keys that do not change the work of a vector step, or are compared as :data:`MEASURES`."""
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _flat(table: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """``(dotted key, leaf)`` of a nested table, iteratively (a record's config can be anything)."""
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in table.items()]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, Mapping) and value:
+            stack.extend((f"{key}.{k}", v) for k, v in value.items())
+        else:
+            yield key, value
+
+
+def measures(record: Mapping[str, Any], config_only: bool = False) -> dict[str, str]:
+    """What a record measured, as text by key: :data:`MEASURES`, then its config's work knobs.
+    ``config_only``: the record of a config not run yet (no device or timing mode known)."""
+    def table(node: Any) -> Mapping[str, Any]:
+        return node if isinstance(node, Mapping) else {}
+
+    config = table(record.get("config"))
+    env, totals, system = table(config.get("env")), table(record.get("totals")), table(record.get("system"))
+    kind = record.get("kind")
+    out = {
+        "kind": _KIND.get(kind, _shown(kind)) if isinstance(kind, str) else _shown(kind),
+        "env.id": _shown(env.get("id")),
+        "env.size": _shown(env.get("size")),
+        "num_envs": _shown(totals.get("num_envs", env.get("num_envs"))),
+        "device": _shown(system.get("device")),
+        "timing": _shown(table(record.get("timing")).get("mode")),
+        "rlperf": _shown(system.get("rlperf")),
+    }
+    if config_only:
+        del out["device"], out["timing"]
+    asynchronous = table(config.get("run")).get("mode") == "async"
+    for key, value in sorted(_flat(config)):
+        if key not in NOT_WORK and (asynchronous or not key.startswith("async.")):
+            out[f"config.{key}"] = _shown(value)
+    return out
+
+
+def check_allowed(keys: Sequence[str]) -> list[str]:
+    """``--allow-mismatch`` keys: one of :data:`MEASURES`, ``config`` or ``config.SECTION[.KEY]``."""
+    for key in keys:
+        if key not in MEASURES and key != "config" and not key.startswith("config."):
+            raise RlperfError(f"unknown --allow-mismatch key {key!r}",
+                              hint=f"use {', '.join(MEASURES)}, config or config.SECTION.KEY")
+    return list(keys)
+
+
+def _allowed(key: str, allow: Collection[str]) -> bool:
+    return any(key == a or key.startswith(a + ".") for a in allow)
+
+
+def _differences(runs: Sequence[tuple[str, str, Mapping[str, str]]], keys: Iterable[str]) -> list[str]:
+    """``key (value in run, run; value in run)`` for each of ``keys`` the runs disagree on
+    (``runs``: side, name, measures; a run without the key is not compared on it)."""
+    out = []
+    for key in keys:
+        seen: dict[str, list[str]] = {}
+        for side, name, m in runs:
+            if key in m:
+                seen.setdefault(m[key], []).append(f"{side} {name}")
+        if len(seen) > 1:
+            where = "; ".join(f"{value} in {', '.join(names[:2])}{' …' if len(names) > 2 else ''}"
+                              for value, names in seen.items())
+            out.append(f"{key} ({where})")
+    return out
+
+
+def check_like_with_like(sides: Mapping[str, Sequence[tuple[str, Mapping[str, str]]]],
+                         allow: Collection[str] = ()) -> list[str]:
+    """Refuse records that do not measure the same thing (one line naming the keys); ``sides``:
+    side -> [(run name, :func:`measures`)]. Returns the config knobs the two sides differ in
+    (a config change under review), one ``key: value vs value`` each."""
+    every = [(side, name, m) for side, runs in sides.items() for name, m in runs]
+    keys = list(dict.fromkeys(k for _, _, m in every for k in m))
+    problems = _differences(every, [k for k in MEASURES if k in keys and not _allowed(k, allow)])
+    for side, runs in sides.items():
+        config_keys = [k for k in keys if k not in MEASURES and not _allowed(k, allow)]
+        problems += [f"{p} within the {side}" for p in _differences([(side, n, m) for n, m in runs], config_keys)]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        first = problems[0].split(" (", 1)[0]
+        raise RlperfError(f"the records do not measure the same thing: {shown}",
+                          hint=f"gate like with like, or pass --allow-mismatch {first} to compare them anyway")
+    changed = []
+    for key in keys:
+        if key in MEASURES:
+            continue
+        values = {side: {m[key] for _, m in runs if key in m} for side, runs in sides.items()}
+        if all(len(v) == 1 for v in values.values()) and len(set().union(*values.values())) > 1:
+            changed.append(f"{key}: " + " vs ".join(next(iter(v)) for v in values.values()))
+    return changed
+
+
+def check_sources(baseline: Sequence[Any], candidate: Sequence[Any], allow: Collection[str] = ()) -> list[str]:
+    """:func:`check_like_with_like` before anything runs: records as they are, a config as what it
+    will run (its device and timing mode are known once it ran; they are checked then)."""
+    from rlperf import __version__
+    from rlperf.config import config_to_dict
+
+    def measured(s: Any) -> tuple[str, dict[str, str]]:
+        if s.config is None:
+            return str(s.record.get("name") or s.origin), measures(s.record)
+        record = {"kind": "compare", "config": config_to_dict(s.config), "system": {"rlperf": __version__}}
+        return f"{Path(s.origin).name} (config)", measures(record, config_only=True)
+
+    return check_like_with_like({"baseline": [measured(s) for s in baseline],
+                                 "candidate": [measured(s) for s in candidate]}, allow)
+
+
+def check_duplicates(sources: Sequence[Any]) -> None:
+    """Refuse a run given twice: the same file, a copy of it, or the same run's record on both sides."""
+    seen: dict[tuple[str, ...], Any] = {}
+    for s in sources:
+        if s.record is None:
+            continue
+        r = s.record
+        keys: list[tuple[str, ...]] = [("file", str(Path(s.file).resolve()))] if s.file is not None else []
+        if r.get("started_at"):
+            system = r.get("system") or {}
+            keys.append(("run", str(r["started_at"]), str(system.get("hostname")), str(r.get("run_dir") or r.get("name"))))
+        keys.append(("content", hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()))
+        for key in keys:
+            other = seen.get(key)
+            if other is not None:
+                how = {"file": "the same file", "content": "the same record", "run": "the same run"}[key[0]]
+                where = (f"both in the {s.label}" if other.label == s.label else "on both sides")
+                raise RlperfError(f"{other.origin} and {s.origin} are {how}, {where}",
+                                  hint="each run counts once: pass every record once, and none on both sides")
+            seen[key] = s

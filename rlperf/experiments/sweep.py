@@ -52,6 +52,7 @@ from rlperf.errors import ConfigError, DiskError, RlperfError
 from rlperf.run.common import thread_settings_restored
 from rlperf.atomic import write_json_atomic, write_text_atomic
 from rlperf.run.files import check_run_name, make_run_dir, read_record
+from rlperf.run.schema import validate_record
 from rlperf.run.signals import STOP_SIGNALS, RunInterrupted, StopSignal, in_main_thread
 from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES
@@ -482,7 +483,8 @@ def _take_record(t: Trial, run_dir: str | Path, reported: dict[str, Any] | None 
     except RlperfError:
         if reported is None:
             raise
-        t.record = reported  # a remote Ray node whose disk this machine cannot see
+        # A remote Ray node whose disk this machine cannot see: its report, checked like a file.
+        t.record = validate_record(reported, f"{run_dir} (as the Ray trial reported it)")
     t.status = t.record.get("status", "failed")
     t.error = t.record.get("error")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from rlperf.report import units
 from rlperf.report.stats import GROWTH_NOTED, episode_split, training_start
@@ -80,7 +81,7 @@ def phase_table(
         "",
         style="bold",
     )
-    return table
+    return safe_table(table)  # phase names are a user's own when the record is a script's
 
 
 def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> Table:
@@ -120,7 +121,7 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
         rows.append(("env kernel", f"{env['kernel']} ({env['reason'].removeprefix('auto: ')})" if fallback else env["kernel"]))
     for label, value in rows:
         table.add_row(label, value)
-    return table
+    return safe_table(table)
 
 
 def _time_to_cell(record: Mapping[str, Any], target: float) -> str:
@@ -155,10 +156,34 @@ def growth_text(split: Mapping[str, Any]) -> str:
             f"×{per_step:.2f} ({1e6 * a['s_per_env_step']:.1f} → {1e6 * b['s_per_env_step']:.1f} µs): {cause}")
 
 
+def _safe(value: Any) -> Any:
+    """A cell, title or header as rich should draw it: text shown as it is (never read as markup:
+    a record named ``[/]`` is a name, not a closing tag), control characters escaped."""
+    if isinstance(value, str):
+        return Text(units.terminal_safe(value))
+    if isinstance(value, Text) and units.terminal_safe(value.plain) != value.plain:
+        return Text(units.terminal_safe(value.plain), style=value.style)
+    return value
+
+
+def safe_table(table: Table) -> Table:
+    """``table`` with every string in it made safe for a terminal (:func:`_safe`), in place.
+
+    Tables carry names from records, configs and command lines in their titles, headers and cells;
+    doing it here, where every table is printed, covers them all."""
+    table.title, table.caption = _safe(table.title), _safe(table.caption)
+    for column in table.columns:
+        column.header, column.footer = _safe(column.header), _safe(column.footer)
+        column._cells[:] = [_safe(cell) for cell in column._cells]  # rich has no public setter for a column's cells
+    return table
+
+
 def print_table(table: Table) -> None:
-    """Print to stdout; on a pipe or a file, at the table's natural width instead of truncating to 80."""
+    """Print to stdout, every string escaped (:func:`safe_table`); on a pipe or a file, at the
+    table's natural width instead of truncating to 80."""
     from rich.console import Console
 
+    safe_table(table)
     console = Console()
     if not console.is_terminal:
         natural = console.measure(table, options=console.options.update_width(1000)).maximum

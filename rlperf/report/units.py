@@ -16,6 +16,18 @@ from rlperf.report.stats import is_number
 
 MISSING = "–"
 
+# C0 and C1 controls, DEL, and the bidirectional overrides and isolates (which reorder what follows).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``, ``\\u202e``): a
+    string from a file or a command line (a record's name, a path, a phase name) cannot retitle the
+    window, recolour, link or move the cursor, or break a one-line message in two. Rich markup is
+    a separate matter: renderers pass such strings as :class:`rich.text.Text`, never as markup."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
 
 _UNITS: dict[str, tuple[tuple[float, str], ...]] = {
     # (scale, unit), largest first; a row takes the largest unit its smallest value reaches.

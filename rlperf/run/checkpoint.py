@@ -21,6 +21,7 @@ import csv
 import hashlib
 import math
 import random
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -112,6 +113,11 @@ def _show(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MESSAGE_MAX = 4000
+"""The longest loader message shown (torch's caution about a refused pickle is about 900 characters)."""
+
+
 def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[str, Any]:
     """Read ``run_dir``'s checkpoint and check that it is whole and that ``cfg`` on ``device`` can
     continue it (whether its stop condition lies ahead is :func:`reached_stop`'s question)."""
@@ -119,7 +125,10 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        # torch's whole message, on one line: for a file it refuses (a pickled object, possibly code)
+        # it says what loading it anyway would risk, and that must not be cut (it bolds one clause
+        # with terminal escapes; those are dropped).
+        text = " ".join(_ANSI.sub("", str(exc)).split())[:MESSAGE_MAX] or type(exc).__name__
         raise RlperfError(
             f"cannot read checkpoint {path}: {text}", hint="the file is damaged or was not written by rlperf"
         ) from None

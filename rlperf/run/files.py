@@ -16,10 +16,10 @@ import contextlib
 import csv
 import errno
 import io
-import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,18 +27,12 @@ from typing import Any
 
 from rlperf.atomic import TEMP_NAME, disk_error, temp_path, write_text_atomic
 from rlperf.errors import RlperfError
+from rlperf.run.schema import (  # noqa: F401 (the names a run directory's readers and writers share)
+    CHECKPOINT_NAME, RECORD_NAME, RUN_KINDS, SCHEMA, STATUSES, check_comparable_record, read_record,
+)
 
-SCHEMA = 1
-"""Version of the record and checkpoint layouts; bump it when a reader would misread an older one."""
-
-RECORD_NAME = "run.json"
 CONFIG_NAME = "config.toml"
 METRICS_NAME = "metrics.csv"
-CHECKPOINT_NAME = "checkpoint.pt"
-
-RUN_KINDS = frozenset({"train", "profile", "sweep", "compare", "replay", "external"})
-"""What ``kind`` a run record can have (the command that made the run; ``external``: ``rlperf.PhaseTimer``)."""
-STATUSES = frozenset({"completed", "interrupted", "diverged", "failed"})
 
 NAME_MAX_BYTES = 200
 """Longest ``--name`` (UTF-8 bytes): the directory adds ``-YYYYmmdd-HHMMSS[-k]`` and must stay
@@ -182,83 +176,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-# -- reading records ---------------------------------------------------------------------------
-
-_SECTIONS = ("config", "system", "timing", "totals", "throughput", "phases", "learning", "memory")
-
-
-def read_record(path: str | Path) -> dict[str, Any]:
-    """Load a run record from a run directory or a ``run.json``; check its schema, that it is a run's
-    record (not a sweep's or a comparison's summary) and the types of the sections readers use."""
-    path = Path(path)
-    file = path / RECORD_NAME if path.is_dir() else path
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if path.is_dir():
-            hint = ("a run killed before its record was written gets it from rlperf train --resume "
-                    f"{path}" if (path / CHECKPOINT_NAME).is_file() else "pass a run directory or its run.json")
-            raise RlperfError(f"{path} has no {RECORD_NAME}", hint=hint) from None
-        raise RlperfError(f"no run record at {path}", hint="pass a run directory or its run.json") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise RlperfError(f"cannot read run record {file}: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RlperfError(f"run record {file} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except RecursionError:
-        raise RlperfError(f"run record {file} is nested too deeply to be a run record") from None
-    if not isinstance(record, dict):
-        raise RlperfError(f"run record {file} is not a JSON object")
-    schema = record.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise RlperfError(f"run record {file} has no valid schema version (got {schema!r})")
-    if schema > SCHEMA:
-        raise RlperfError(f"record {file} has schema {schema}, this rlperf reads ≤ {SCHEMA}", hint="upgrade rlperf")
-    _check_run_record(record, file)
-    return record
-
-
-def _check_run_record(record: dict[str, Any], file: Path) -> None:
-    kind = record.get("kind")
-    if kind == "sweep" and "trials" in record:
-        raise RlperfError(f"{file} is a sweep's summary (sweep.json), not a run record",
-                          hint=f"pass the trials' run directories, e.g. {file.parent}/trial000-*")
-    if "rows" in record and "runs" in record:
-        raise RlperfError(f"{file} is a comparison (rlperf compare --json), not a run record",
-                          hint="pass the run directories it compared")
-    if kind is not None and kind not in RUN_KINDS:
-        raise RlperfError(f"{file} is not a run record (kind {_short(kind)})",
-                          hint=f"run records have kind {', '.join(sorted(RUN_KINDS))}")
-    status = record.get("status")
-    if status not in STATUSES:
-        what = "no status" if status is None else f"status {_short(status)}"
-        raise RlperfError(f"{file} is not a run record ({what})",
-                          hint="pass a run directory written by rlperf, or its run.json")
-    for section in _SECTIONS:
-        if section in record and record[section] is not None and not isinstance(record[section], dict):
-            raise RlperfError(f"run record {file} is damaged: {section} is a {type(record[section]).__name__}, "
-                              f"not an object")
-    for name, phase in (record.get("phases") or {}).items():
-        if not isinstance(phase, dict):
-            raise RlperfError(f"run record {file} is damaged: phases.{name} is a {type(phase).__name__}, not an object")
-
-
-def check_comparable_record(record: dict[str, Any], file: str | Path) -> None:
-    """What ``compare`` needs on top of :func:`read_record`: the command that made it and the
-    measured sections (a hand-written ``{"schema": 1, "status": ...}`` is not evidence)."""
-    if record.get("kind") not in RUN_KINDS:
-        raise RlperfError(f"{file} is not a run record (no kind)", hint="pass a run directory written by rlperf")
-    missing = [s for s in ("system", "throughput", "phases") if not isinstance(record.get(s), dict)]
-    if missing:
-        raise RlperfError(f"run record {file} has no {', '.join(missing)}", hint="pass a run directory written by rlperf")
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 # -- learning curve ----------------------------------------------------------------------------
 
 
@@ -268,13 +185,23 @@ def read_metrics_header(path: str | Path, fieldnames: Iterable[str]) -> list[str
     Reads only: a resume checks this before it writes anything."""
     path = Path(path)
     try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise RlperfError(f"cannot read {path}: {e.strerror or e}") from None
+    # Rows are appended through this name: a symbolic link (or a second hard link) would write them
+    # into a file outside the run directory, a FIFO or a device would block or swallow them.
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "a file with other hard links" if stat.S_ISREG(st.st_mode) else "not a regular file")
+        raise RlperfError(f"{path} is {what}, not the run's own metrics file",
+                          hint="move it away; the run's learning curve cannot be continued there")
+    try:
         with open(path, "rb") as f:
             head = f.readline(1 << 16)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise RlperfError(f"{path} is a directory, not a metrics file",
-                          hint="move it away; the run's learning curve cannot be continued there") from None
     except OSError as e:
         raise RlperfError(f"cannot read {path}: {e.strerror or e}") from None
     if not head.strip():
@@ -316,7 +243,7 @@ class MetricsCSV:
         if existing is None:
             write_text_atomic(self.path, self._encode(None))
         try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
             size = os.fstat(self._fd).st_size
             if existing is not None:
                 with open(self.path, "rb") as f:
