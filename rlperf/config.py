@@ -216,6 +216,10 @@ class TrainConfig(BaseModel):
         "off", description="torch.compile mode for the network, or jit for TorchScript (docs/bottlenecks.md §11)"
     )
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step (docs/bottlenecks.md §12)")
+    update: Literal["auto", "torch", "fused"] = Field(
+        "auto", description="the gradient update: torch = eager autograd, one dispatch per operator; fused = one "
+        "compiled call per update (numba, CPU, MLP); auto = fused where it can run, else torch (docs/bottlenecks.md §20)"
+    )
     gc: Literal["on", "off", "freeze"] = Field(
         "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13)"
     )

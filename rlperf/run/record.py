@@ -170,6 +170,7 @@ def build_record(
         "config": config_to_dict(cfg),
         "system": system_info(device),
         "env": _env_kernel(cfg, device),
+        "update": _update_form(cfg, device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
                    "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
@@ -214,6 +215,14 @@ def _env_kernel(cfg: Config, device: torch.device) -> dict[str, str | None]:
     e = cfg.env
     where = torch.device("cpu") if cfg.run.mode == "async" else device
     return planned_kernel(e.backend, e.kernel, where, e.flood_fill, e.size, e.id)
+
+
+def _update_form(cfg: Config, device: torch.device) -> dict[str, str]:
+    """Which ``train.update`` form the learner ran, and why (the decision the Agent made)."""
+    from rlperf.fused_update import resolve_update
+
+    form, reason = resolve_update(cfg, device)
+    return {"form": form, "reason": reason}
 
 
 # -- the system ---------------------------------------------------------------------------------
