@@ -534,8 +534,8 @@ class ReplayBuffer:
         gathers the batch itself (:mod:`rlperf.fused_update`); None where the storage is not tensors."""
         if not isinstance(self._store, TensorStorage):
             return None
-        if self._size < len(out):
-            self.sample(len(out))  # the same refusal as sample's
+        if self._size < out.shape[0]:
+            self.sample(out.shape[0])  # the same refusal as sample's
         return self._store.draw_into(self._size, out)
 
     # ------------------------------------------------------------------ checkpointing

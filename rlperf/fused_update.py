@@ -295,7 +295,7 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
         raise ConfigError(f"train.update must be one of {', '.join(UPDATES)}, got {form!r}")
     if form == "torch":
         return "torch", "train.update=torch (the eager autograd reference)"
-    why = _why_not(cfg, device)
+    why = why_not_fused(cfg, device)
     if why is None:
         seconds, failure = compile_update(len(cfg.agent.hidden) + 1)
         if failure is None:
@@ -309,7 +309,7 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
     return "torch", f"auto: {why}"
 
 
-def _why_not(cfg: Config, device: torch.device) -> str | None:
+def why_not_fused(cfg: Config, device: torch.device) -> str | None:
     """Why the fused update cannot run this config, or None."""
     t = cfg.train
     if device.type != "cpu":

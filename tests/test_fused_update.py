@@ -208,3 +208,43 @@ def test_fused_that_cannot_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "train.update=fused cannot run" in proc.stderr and "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_advisor_names_the_fused_update_with_its_measured_saving() -> None:
+    from rlperf.config import config_to_dict
+    from rlperf.instruments.advisor import advise
+
+    def rec(sets: list[str], form: str, device: str = "cpu", micro: dict | None = None) -> dict:
+        cfg = config_from(None, sets)
+        total = 10.0
+        phases = {name: {"total_s": s, "share": s / total, "calls": 100, "mean_ms": 10 * s, "p50_ms": 9 * s,
+                         "p95_ms": 20 * s} for name, s in dict(select=1.0, step=0.5, push=0.3, train=8.0, log=0.2).items()}
+        return {"config": config_to_dict(cfg), "phases": phases, "update": {"form": form, "reason": "x"},
+                "timing": {"mode": "cpu", "warmup_steps": 10, "warmup_s": 1.0, "measured_steps": 1000,
+                           "measured_wall_s": 10.0, "measured_updates": 2000},
+                "totals": {"vector_steps": 1010, "updates": 2000, "env_steps": 256 * 1010},
+                "throughput": {"replay_ratio": 1.0, "updates_per_s": 200.0},
+                "system": {"device": device, "device_name": "cpu", "torch_threads": 1},
+                "profile": {"microbench": micro or {}}}
+
+    micro = {"update": {"what": "gradient update", "slow": "train.update=torch", "fast": "train.update=fused",
+                        "slow_s": 9e-4, "fast_s": 2e-4, "repeats": 7}}
+    f = next(f for f in advise(rec(["train.update=torch"], "torch", micro=micro), None, None)
+             if f.knob == "train.update=fused")
+    assert f.est_saving_s == pytest.approx(8.0 * (1 - 2 / 9)) and "4 ms per update" in f.evidence
+    assert f.reference == "docs/bottlenecks.md §20" and f.command and "micro-benchmarked here" in f.estimate
+    for quiet in (rec([], "fused"), rec(["train.update=torch"], "torch", device="cuda"),
+                  rec(["train.update=torch", "train.grad_accum=2"], "torch")):
+        assert "train.update=fused" not in {f.knob for f in advise(quiet, None, None)}
+
+
+def test_microbench_times_both_forms_of_the_update() -> None:
+    from rlperf.instruments.microbench import BENCHES, run_benches
+
+    cfg = config_from("smoke", ["train.update=torch"])
+    record = {"update": {"form": "torch"}, "system": {"device": "cpu", "torch_threads": 1}}
+    out = run_benches(cfg, CPU, record, tuple(b for b in BENCHES if b.name == "update"))
+    assert out["update"]["slow"] == "train.update=torch" and out["update"]["fast"] == "train.update=fused"
+    assert out["update"]["slow_s"] > 0 and out["update"]["fast_s"] > 0
+    assert run_benches(cfg, CPU, {"update": {"form": "fused"}, "system": {}},
+                       tuple(b for b in BENCHES if b.name == "update")) == {}
