@@ -146,8 +146,8 @@ class Agent:
 
     ``train.update`` picks the form of :meth:`update` (:func:`rlperf.fused_update.resolve_update`):
     the torch one below, or one compiled call (:class:`rlperf.fused_update.FusedUpdate`) writing into
-    the same parameters and the same Adam state. It is resolved at the first update, so an Agent
-    that only acts (an async actor's) never compiles it.
+    the same parameters and the same Adam state; with ``agent.inference=no_grad`` the fused form
+    selects actions with one compiled call too (:meth:`act`).
     """
 
     def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device, n_actions: int = N_ACTIONS) -> None:
@@ -189,14 +189,20 @@ class Agent:
         self._tau = a.tau
         self._target_every = a.target_every
         self._update_target = self._soft_update if a.target_update == "soft" else self._hard_update
-        self._cfg = cfg
-        self._form: tuple[str, str] | None = None
+        self.update_form: tuple[str, str] = resolve_update(cfg, device)
+        """The ``train.update`` form :meth:`update` runs, and why."""
         self._fused: FusedUpdate | None = None
+        self._update: Callable[[BatchSource], torch.Tensor] = self._update_torch
+        if self.update_form[0] == "fused":
+            self._fused = FusedUpdate(self.q, self.target, self.optimizer, self.batch_size)
+            self._update = self._update_fused
         self._slots = torch.empty(self.batch_size, dtype=torch.int64)
         self._fused_loss = torch.zeros(())
         self._fused_loss_view = self._fused_loss.numpy()  # written without a dispatch
         self._double, self._huber, self._hard = a.double, a.huber, a.target_update == "hard"
-        self._update: Callable[[BatchSource], torch.Tensor] = self._first_update
+        # Selection goes through the fused forward too where the update is fused and selection
+        # records no graph anyway (agent.inference=grad is a slow form of its own, §8).
+        self._fused_select = self._fused is not None and a.inference == "no_grad"
 
     def _compiled(self, mode: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
         if mode == "off":
@@ -206,33 +212,25 @@ class Agent:
         return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)
 
     def act(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
-        """Per-board ε-greedy on the device: each board flips its own coin."""
+        """Per-board ε-greedy on the device: each board flips its own coin. Under the fused update
+        with ``agent.inference=no_grad``, the forward, argmax and choice are one compiled call
+        (:meth:`FusedUpdate.act`) on the same draws."""
         n = obs.shape[0]
+        if self._fused_select and obs.dtype == torch.float32 and obs.is_contiguous():
+            assert self._fused is not None
+            coins = torch.rand(n, generator=self.generator, device=self.device)
+            random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
+            return self._fused.act(obs, coins, epsilon, random)
         with self._inference():
             greedy = self.forward(obs).argmax(1)
             explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
             random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
             return torch.where(explore, random, greedy)
 
-    @property
-    def update_form(self) -> tuple[str, str]:
-        """The ``train.update`` form :meth:`update` runs, and why (resolved on first use)."""
-        if self._form is None:
-            self._form = resolve_update(self._cfg, self.device)
-        return self._form
-
     def update(self, buffer: BatchSource) -> torch.Tensor:
         """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches; the mean
         loss as a 0-d tensor on the device (reading it is the caller's host sync). Under the fused
         form the tensor is the same one every call: read it before the next update."""
-        return self._update(buffer)
-
-    def _first_update(self, buffer: BatchSource) -> torch.Tensor:
-        if self.update_form[0] == "fused":
-            self._fused = FusedUpdate(self.q, self.target, self.optimizer, self.batch_size)
-            self._update = self._update_fused
-        else:
-            self._update = self._update_torch
         return self._update(buffer)
 
     def _update_fused(self, buffer: BatchSource) -> torch.Tensor:

@@ -1,10 +1,10 @@
 """The ``fused`` DQN update (``train.update``): one compiled call per gradient step for MLP Q-networks.
 
-The torch update (:meth:`rlperf.dqn.Agent.update`, the ``torch`` form and the reference) runs ~60
-eager operators per gradient step -- sample, three forwards, the target, the loss, backward, the
+The torch update (:meth:`rlperf.dqn.Agent.update`, the ``torch`` form and the reference) runs ~120
+aten operators per gradient step -- sample, three forwards, the target, the loss, backward, the
 clip, Adam, the target lerp -- and on the CPU each pays the dispatcher's fixed cost: at a 2×64 MLP
-and a batch of 128 that floor is most of the update. This module does the same step as plain loops
-compiled by numba (``cache=True``: only the first process compiles), in one call:
+and a batch of 128 that floor is most of the update. This module does the same step as loops and
+BLAS calls compiled by numba (``cache=True``: only the first process compiles), in one call:
 
 1. gather the batch from the replay's tensor storage through zero-copy numpy views, at the slots
    the storage's own generator drew (``torch.randint`` with the same generator and arguments as
@@ -278,6 +278,22 @@ def dqn_update(idx, obs_s, actions_s, rewards_s, next_s, dones_s,
 dqn_update = _call(dqn_update)
 
 
+def select(obs, weights, biases, acts, coins, epsilon, random, out):
+    """ε-greedy over the MLP in one call: ``out[i] = random[i]`` where ``coins[i] < epsilon``, else the
+    greedy action (``Agent.act``'s torch form, from the same draws)."""
+    inp = acts[0]
+    for r in range(obs.shape[0]):
+        for k in range(obs.shape[1]):
+            inp[r, k] = obs[r, k]
+    forward(weights, biases, acts)
+    q = acts[len(biases)]
+    for r in range(q.shape[0]):
+        out[r] = random[r] if coins[r] < epsilon else argmax_row(q, r)
+
+
+select = _call(select)
+
+
 # ------------------------------------------------------------------------------------------------
 # The decision
 
@@ -391,6 +407,7 @@ class FusedUpdate:
         self.grads_w = tuple(self.grads_flat[2 * i].reshape(w.shape) for i, w in enumerate(weights))
         self.chosen = np.zeros(batch_size, dtype=np.int64)
         self.arange = torch.arange(batch_size)
+        self._select_acts: tuple[np.ndarray, ...] | None = None  # act's scratch, sized on its first call
         self.refresh()
 
     def refresh(self) -> None:
@@ -412,6 +429,17 @@ class FusedUpdate:
         self.m_flat = tuple(s["exp_avg"].view(-1).numpy() for s in states)
         self.v_flat = tuple(s["exp_avg_sq"].view(-1).numpy() for s in states)
         self.steps = tuple(s["step"].view(1).numpy() for s in states)
+
+    def act(self, obs: torch.Tensor, coins: torch.Tensor, epsilon: float, random: torch.Tensor) -> torch.Tensor:
+        """ε-greedy actions for ``obs`` (float32, contiguous, on the CPU) from the draws ``coins`` and
+        ``random``; a fresh tensor, as ``torch.where`` returns."""
+        n = obs.shape[0]
+        if self._select_acts is None or self._select_acts[0].shape[0] != n:
+            self._select_acts = tuple(np.zeros((n, a.shape[1]), dtype=np.float32) for a in self.acts)
+        out = torch.empty(n, dtype=torch.int64)
+        select(obs.numpy(), self.weights, self.biases, self._select_acts, coins.numpy(), np.float32(epsilon),
+               random.numpy(), out.numpy())
+        return out
 
     def step(self, fields: tuple[torch.Tensor, ...], idx: torch.Tensor, *, gamma: float, double: bool, huber: bool,
              clip: float, lr: float, target_mode: int, tau: float, betas: tuple[float, float] = (0.9, 0.999),

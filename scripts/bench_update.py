@@ -10,11 +10,8 @@
 repeats of the time per update. Targets (issue 26): 2x64 at batch 128 fused <= 250 µs and >= 4x
 torch; 2x256 at batch 256 >= 2.5x.
 
-``select``: what a fused action selection could save (item 3 of the issue). Times the torch
-select (:meth:`Agent.act` on 256 observations: forward, argmax, per-board ε) against the fused
-update's own forward (numba + BLAS) plus argmax on the same observations -- a lower bound for a
-fused select, which would also draw the ε coins -- and reports the saving as a share of the default
-run's wall time, taken from the select phase's calls in a ``train`` run.
+``select``: :meth:`Agent.act` on 256 observations (forward, argmax, per-board ε), torch form against
+the fused one (one compiled call over the same draws), interleaved as above.
 
 ``train``: the default config (5000 episodes) under ``train.update=fused`` and ``torch``,
 interleaved runs, ``run.threads=1``: run wall time and the train phase's share of the phase time.
@@ -95,28 +92,12 @@ def part_update(repeats: int, min_time: float) -> list[dict]:
 
 
 def part_select(repeats: int, min_time: float, boards: int = 256) -> dict:
-    """Torch select vs the fused forward + argmax (a lower bound for a fused select)."""
-    from numba import njit
-
-    from rlperf.fused_update import FusedUpdate, argmax_row, forward
-
-    @njit(cache=False)
-    def fused_select(weights, biases, acts, chosen):  # pragma: no cover - compiled
-        forward(weights, biases, acts)
-        q = acts[len(biases)]
-        for r in range(q.shape[0]):
-            chosen[r] = argmax_row(q, r)
-
-    agent, _ = agent_and_buffer("torch", [64, 64], 128)
-    view = FusedUpdate(agent.q, agent.target, agent.optimizer, boards)
-    obs = torch.rand(boards, agent.q.net[0].in_features)
-    view.acts[0][:] = obs.numpy()
-    times = interleaved({"torch": lambda: agent.act(obs, 0.05),
-                         "fused": lambda: fused_select(view.weights, view.biases, view.acts, view.chosen)},
-                        repeats, min_time)
+    """Agent.act on ``boards`` observations, torch form against fused form (same network, same draws)."""
+    (ta, _), (fa, _) = agent_and_buffer("torch", [64, 64], 128), agent_and_buffer("fused", [64, 64], 128)
+    obs = torch.rand(boards, ta.q.net[0].in_features)
+    times = interleaved({"torch": lambda: ta.act(obs, 0.05), "fused": lambda: fa.act(obs, 0.05)}, repeats, min_time)
     t, f = statistics.median(times["torch"]), statistics.median(times["fused"])
-    return {"boards": boards, "network": "64x64", "torch_us": 1e6 * t, "fused_forward_argmax_us": 1e6 * f,
-            "saving_us_per_step_at_most": 1e6 * (t - f)}
+    return {"boards": boards, "network": "64x64", "torch_us": 1e6 * t, "fused_us": 1e6 * f, "speedup": t / f}
 
 
 def run_train(form: str, out: Path, extra: list[str]) -> dict:
@@ -176,8 +157,8 @@ def main() -> None:
               f"{row['fused_us']:.0f} µs, {row['speedup']:.2f}x (target {row['target']}: {met})")
     if "select" in results:
         s = results["select"]
-        print(f"select {s['boards']} boards {s['network']}: torch {s['torch_us']:.0f} µs, fused forward+argmax "
-              f"{s['fused_forward_argmax_us']:.0f} µs")
+        print(f"select {s['boards']} boards {s['network']}: torch {s['torch_us']:.0f} µs, fused {s['fused_us']:.0f} µs, "
+              f"{s['speedup']:.2f}x")
     for form, r in results.get("train", {}).items():
         print(f"train {form}: wall {r['wall_s']:.2f} s, train share {r['train_share']:.0%}, select share "
               f"{r['select_share']:.0%}, score {r['mean_score']:.1f}, time to 20 {r['time_to_20_s']}")

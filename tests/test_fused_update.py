@@ -156,6 +156,25 @@ def test_act_sees_the_fused_weights() -> None:
     assert not torch.equal(before, fused.q(torch.ones(1, OBS)))  # same tensors, updated in place
 
 
+@pytest.mark.parametrize("hidden", [[32], [64, 64]])
+def test_fused_select_matches_torch_select(hidden: list[int]) -> None:
+    """Same weights, same generator state: the same ε-greedy actions (greedy ones compared where the
+    torch Q-values' best two differ by more than float32 rounding), and the generator left in the same state."""
+    ref, fused = agents([], hidden, 64)
+    obs = torch.randn(256, OBS, generator=torch.Generator().manual_seed(5))
+    q = ref.q(obs).detach()
+    top2 = q.topk(2, dim=1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 1e-4
+    for epsilon in (0.0, 0.3, 1.0):
+        a_ref, a_fused = ref.act(obs, epsilon), fused.act(obs, epsilon)
+        assert a_fused.dtype == torch.int64 and a_fused.shape == (256,)
+        assert torch.equal(a_ref[clear], a_fused[clear])
+        assert torch.equal(ref.generator.get_state(), fused.generator.get_state())
+    assert clear.float().mean() > 0.9
+    torch_select = config_from(None, ["agent.hidden=[32]", "train.update=fused", "agent.inference=grad"])
+    assert not Agent(torch_select, (OBS,), CPU)._fused_select  # inference=grad keeps its own (slow) form
+
+
 @pytest.mark.parametrize(("saved", "resumed"), [("fused", "fused"), ("torch", "fused"), ("fused", "torch")])
 def test_checkpoint_resumes_under_either_form(saved: str, resumed: str, tmp_path: Path) -> None:
     """The Adam moments and step live in the torch optimizer's state: a run saved under one form
@@ -248,3 +267,41 @@ def test_microbench_times_both_forms_of_the_update() -> None:
     assert out["update"]["slow_s"] > 0 and out["update"]["fast_s"] > 0
     assert run_benches(cfg, CPU, {"update": {"form": "fused"}, "system": {}},
                        tuple(b for b in BENCHES if b.name == "update")) == {}
+
+
+def final_scores(form: str, sets: list[str], steps: int | None, tmp_path: Path) -> list[float]:
+    from rlperf.run.lifecycle import train_run
+
+    scores = []
+    for seed in range(3):
+        cfg = config_from("default", [*sets, f"train.update={form}", f"run.seed={seed}", "train.checkpoint=false"],
+                          **({"steps": steps} if steps else {}))
+        record = train_run(cfg, out=tmp_path / f"{form}{seed}", quiet=True, dashboard=False).record
+        assert record["status"] == "completed" and record["update"]["form"] == form
+        scores.append(record["learning"]["mean_score_last_100"])
+    return scores
+
+
+def assert_same_learning(torch_scores: list[float], fused_scores: list[float], floor: float) -> None:
+    """Means over the seeds within twice the standard error of their difference (at least ``floor`` points)."""
+    import statistics
+
+    se = (statistics.variance(torch_scores) / 3 + statistics.variance(fused_scores) / 3) ** 0.5
+    diff = abs(statistics.mean(torch_scores) - statistics.mean(fused_scores))
+    assert diff <= max(2 * se, floor), (torch_scores, fused_scores)
+
+
+def test_both_forms_learn_alike_small(tmp_path: Path) -> None:
+    """CI's version: the default config on 8×8 boards for 40k env steps, 3 seeds per form."""
+    sets = ["env.size=8", "env.num_envs=64", "train.learning_starts=1000", "agent.eps_decay_steps=15000",
+            "buffer.capacity=20000", "buffer.batch_size=64", "run.threads=1"]
+    torch_scores, fused_scores = (final_scores(f, sets, 40_000, tmp_path) for f in ("torch", "fused"))
+    assert min(torch_scores + fused_scores) > 1.0  # both learned (a random policy scores ~0.2 here)
+    assert_same_learning(torch_scores, fused_scores, floor=1.0)
+
+
+@pytest.mark.slow
+def test_both_forms_learn_alike_default(tmp_path: Path) -> None:
+    """The default config as shipped (5000 episodes), 3 seeds per form."""
+    torch_scores, fused_scores = (final_scores(f, [], None, tmp_path) for f in ("torch", "fused"))
+    assert_same_learning(torch_scores, fused_scores, floor=2.0)
