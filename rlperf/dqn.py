@@ -238,15 +238,14 @@ class Agent:
         assert self._fused is not None
         sample_slots = getattr(buffer, "sample_slots", None)
         fields = sample_slots(self._slots) if sample_slots is not None else None
-        if fields is not None and fields[0].dtype == torch.float32:
+        if fields is not None:
             slots = self._slots
         else:  # another storage, or the async learner's staged batch: the batch is the ring
             fields, slots = tuple(buffer.sample(self.batch_size)), self._fused.arange
         # The hard copy comes after the update that makes ``updates`` a multiple of target_every.
         target_mode = (2 if (self.updates + 1) % self._target_every == 0 else 0) if self._hard else 1
         loss = self._fused.step(fields, slots, gamma=self.gamma, double=self._double, huber=self._huber,
-                                clip=self._clip, lr=self.optimizer.param_groups[0]["lr"], target_mode=target_mode,
-                                tau=self._tau)
+                                clip=self._clip, target_mode=target_mode, tau=self._tau)
         self.updates += 1
         self._fused_loss_view[()] = loss
         return self._fused_loss

@@ -302,7 +302,7 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
     """The ``train.update`` form that runs for ``cfg`` on ``device``, and why.
 
     ``auto`` takes ``fused`` wherever it runs -- the CPU, numba, an MLP Q-network (a 1-D
-    observation), float32 and the update knobs it implements (no ``train.amp``, ``train.compile``
+    observation) and the update knobs it implements (no ``train.amp``, ``train.compile``
     or ``train.grad_accum``) -- and ``torch`` elsewhere; an explicit ``fused`` that cannot run is a
     :class:`ConfigError`. Compiling (or loading) the update happens here, once per process and depth.
     """
@@ -360,8 +360,8 @@ def compile_update(layers: int) -> tuple[float, str | None]:
         problem = FusedUpdate(net, _tiny_mlp(widths), torch.optim.Adam(net.parameters()), batch_size=2)
         storage = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 3),
                    torch.zeros(4))
-        problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, lr=1e-3,
-                     target_mode=1, tau=0.5)
+        problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, target_mode=1,
+                     tau=0.5)
     except Exception as exc:  # pragma: no cover - depends on the install
         return time.perf_counter() - t0, f"numba could not compile the fused update ({type(exc).__name__}: {exc})"
     return time.perf_counter() - t0, None
@@ -442,15 +442,17 @@ class FusedUpdate:
         return out
 
     def step(self, fields: tuple[torch.Tensor, ...], idx: torch.Tensor, *, gamma: float, double: bool, huber: bool,
-             clip: float, lr: float, target_mode: int, tau: float, betas: tuple[float, float] = (0.9, 0.999),
-             eps: float = 1e-8) -> float:
+             clip: float, target_mode: int, tau: float) -> float:
         """One update on the transitions at slots ``idx`` of ``fields`` (obs, actions, rewards,
-        next_obs, dones: CPU tensors, the replay's ring or a sampled batch); the mean loss."""
+        next_obs, dones: CPU tensors, the replay's ring or a sampled batch); the mean loss. Adam's
+        lr, betas and eps are the optimizer's own (its param group), as its ``step`` would read them."""
         obs, actions, rewards, next_obs, dones = (f.numpy() for f in fields)
+        group = self.optimizer.param_groups[0]
+        (beta1, beta2), eps = group["betas"], group["eps"]
         return float(dqn_update(
             idx.numpy(), obs, actions, rewards, next_obs, dones,
             self.weights, self.biases, self.weights_flat, self.t_weights, self.t_biases, self.t_flat,
             self.grads_w, self.grads_flat, self.m_flat, self.v_flat, self.steps,
             self.acts, self.nacts, self.deltas, self.chosen,
-            np.float32(gamma), double, huber, np.float32(clip), lr, betas[0], betas[1], np.float32(eps),
+            np.float32(gamma), double, huber, np.float32(clip), float(group["lr"]), beta1, beta2, np.float32(eps),
             np.float32(tau), target_mode))

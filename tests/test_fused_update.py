@@ -305,3 +305,15 @@ def test_both_forms_learn_alike_default(tmp_path: Path) -> None:
     """The default config as shipped (5000 episodes), 3 seeds per form."""
     torch_scores, fused_scores = (final_scores(f, [], None, tmp_path) for f in ("torch", "fused"))
     assert_same_learning(torch_scores, fused_scores, floor=2.0)
+
+
+def test_bench_update_quick() -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--part", "update", "--json"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    rows = json.loads(proc.stdout)["update"]
+    assert [(r["network"], r["batch"]) for r in rows] == [("64x64", 128), ("256x256", 256)]
+    assert all(r["torch_us"] > 0 and r["fused_us"] > 0 and isinstance(r["met"], bool) for r in rows)
