@@ -34,7 +34,7 @@ from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
-from rlperf.fused_update import FusedUpdate, resolve_update
+from rlperf.fused_update import FusedUpdate, check_update, resolve_update
 from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
@@ -71,8 +71,7 @@ class QNetwork(nn.Module):
 def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
     _check_env_kernel(cfg, device)
-    if cfg.train.update == "fused":
-        resolve_update(cfg, device)
+    check_update(cfg, device)
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
         raise ConfigError(

@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import time
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 import torch
@@ -319,10 +319,22 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
             return "fused", f"{source} (numba {numba.__version__}, compiled or loaded in {seconds:.2f} s)"
         why = failure
     if form == "fused":
-        hint = ("pip install numba scipy, or use train.update=torch" if "numba" in why else
-                "use train.update=torch or auto (docs/bottlenecks.md §20)")
-        raise ConfigError(f"train.update=fused cannot run: {why}", hint=hint)
+        _refuse(why)
     return "torch", f"auto: {why}"
+
+
+def check_update(cfg: Config, device: torch.device) -> None:
+    """Refuse an explicit ``train.update=fused`` that cannot run, before anything starts. Without
+    compiling: the first compile loads SciPy's BLAS, whose thread count is fixed when it loads, so
+    that waits for the Agent, after ``run.threads`` applies."""
+    if cfg.train.update == "fused" and (why := why_not_fused(cfg, device)) is not None:
+        _refuse(why)
+
+
+def _refuse(why: str) -> NoReturn:
+    hint = ("pip install numba scipy, or use train.update=torch" if "numba" in why else
+            "use train.update=torch or auto (docs/bottlenecks.md §20)")
+    raise ConfigError(f"train.update=fused cannot run: {why}", hint=hint)
 
 
 def why_not_fused(cfg: Config, device: torch.device) -> str | None:
