@@ -306,6 +306,11 @@ class TensorStorage(_Storage):
         idx = torch.randint(size, (batch_size,), device=self.device, generator=self._rng)
         return Batch(*(f.index_select(0, idx) for f in self._fields))
 
+    def draw_into(self, size: int, out: Tensor) -> tuple[Tensor, ...]:
+        """The slots :meth:`sample` would draw, written into ``out``; returns the ring's fields."""
+        torch.randint(size, out.shape, device=self.device, generator=self._rng, out=out)
+        return self._fields
+
     def contents(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         # copy=True: on the CPU ``.to("cpu")`` would return a view of the live ring.
         return tuple(f[:size].to("cpu", copy=True) for f in self._fields)  # type: ignore[return-value]
@@ -522,6 +527,16 @@ class ReplayBuffer:
                 hint="start training after at least buffer.batch_size transitions (train.learning_starts)",
             )
         return self._store.sample(self._size, batch_size)
+
+    def sample_slots(self, out: Tensor) -> tuple[Tensor, ...] | None:
+        """Draw the slots :meth:`sample` would draw for a batch of ``len(out)`` into ``out`` and return
+        the ring's own fields (obs, actions, rewards, next_obs, dones; no copies), for an update that
+        gathers the batch itself (:mod:`rlperf.fused_update`); None where the storage is not tensors."""
+        if not isinstance(self._store, TensorStorage):
+            return None
+        if self._size < out.shape[0]:
+            self.sample(out.shape[0])  # the same refusal as sample's
+        return self._store.draw_into(self._size, out)
 
     # ------------------------------------------------------------------ checkpointing
 

@@ -228,6 +228,11 @@ class TrainConfig(BaseModel):
     )
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step "
         "(docs/bottlenecks.md §12, rlperf explain 12)")
+    update: Literal["auto", "torch", "fused"] = Field(
+        "auto", description="the gradient update: torch = eager autograd, one dispatch per operator; fused = one "
+        "compiled call per update (numba, CPU, MLP); auto = fused where it can run, else torch "
+        "(docs/bottlenecks.md §20, rlperf explain 20)"
+    )
     gc: Literal["on", "off", "freeze"] = Field(
         "on", description="Python garbage collector during the loop (docs/bottlenecks.md §13, rlperf explain 13)"
     )

@@ -34,6 +34,7 @@ from rlperf.buffer import Batch, ReplayBuffer
 from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
+from rlperf.fused_update import FusedUpdate, check_update, resolve_update
 from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
@@ -69,6 +70,7 @@ class QNetwork(nn.Module):
 
 def check_knobs(cfg: Config, device: torch.device) -> None:
     """Refuse, with one line each, the knob values that cannot apply on ``device``."""
+    check_update(cfg, device)
     train = cfg.train
     if train.amp == "fp16" and device.type != "cuda":
         raise ConfigError(
@@ -128,6 +130,11 @@ class Agent:
     autocast and gradient scaler (``train.amp``), the loss, the Double-DQN action chooser, gradient
     clipping, the target update (``agent.target_update``) and the context action selection runs in
     (``agent.inference``). :meth:`act` and :meth:`update` then run the same code for every config.
+
+    ``train.update`` picks the form of :meth:`update` (:func:`rlperf.fused_update.resolve_update`):
+    the torch one below, or one compiled call (:class:`rlperf.fused_update.FusedUpdate`) writing into
+    the same parameters and the same Adam state; with ``agent.inference=no_grad`` the fused form
+    selects actions with one compiled call too (:meth:`act`).
     """
 
     def __init__(self, cfg: Config, obs_shape: tuple[int, ...], device: torch.device, n_actions: int = N_ACTIONS) -> None:
@@ -169,6 +176,20 @@ class Agent:
         self._tau = a.tau
         self._target_every = a.target_every
         self._update_target = self._soft_update if a.target_update == "soft" else self._hard_update
+        self.update_form: tuple[str, str] = resolve_update(cfg, device)
+        """The ``train.update`` form :meth:`update` runs, and why."""
+        self._fused: FusedUpdate | None = None
+        self._update: Callable[[BatchSource], torch.Tensor] = self._update_torch
+        if self.update_form[0] == "fused":
+            self._fused = FusedUpdate(self.q, self.target, self.optimizer, self.batch_size)
+            self._update = self._update_fused
+        self._slots = torch.empty(self.batch_size, dtype=torch.int64)
+        self._fused_loss = torch.zeros(())
+        self._fused_loss_view = self._fused_loss.numpy()  # written without a dispatch
+        self._double, self._huber, self._hard = a.double, a.huber, a.target_update == "hard"
+        # Selection goes through the fused forward too where the update is fused and selection
+        # records no graph anyway (agent.inference=grad is a slow form of its own, §8).
+        self._fused_select = self._fused is not None and a.inference == "no_grad"
 
     def _compiled(self, mode: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
         if mode == "off":
@@ -178,8 +199,15 @@ class Agent:
         return torch.compile(self.q, mode=mode), torch.compile(self.target, mode=mode)
 
     def act(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
-        """Per-board ε-greedy on the device: each board flips its own coin."""
+        """Per-board ε-greedy on the device: each board flips its own coin. Under the fused update
+        with ``agent.inference=no_grad``, the forward, argmax and choice are one compiled call
+        (:meth:`FusedUpdate.act`) on the same draws."""
         n = obs.shape[0]
+        if self._fused_select and obs.dtype == torch.float32 and obs.is_contiguous():
+            assert self._fused is not None
+            coins = torch.rand(n, generator=self.generator, device=self.device)
+            random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
+            return self._fused.act(obs, coins, epsilon, random)
         with self._inference():
             greedy = self.forward(obs).argmax(1)
             explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
@@ -188,7 +216,29 @@ class Agent:
 
     def update(self, buffer: BatchSource) -> torch.Tensor:
         """One gradient step of Double DQN (Huber loss) over ``grad_accum`` micro-batches; the mean
-        loss as a 0-d tensor on the device (reading it is the caller's host sync)."""
+        loss as a 0-d tensor on the device (reading it is the caller's host sync). Under the fused
+        form the tensor is the same one every call: read it before the next update."""
+        return self._update(buffer)
+
+    def _update_fused(self, buffer: BatchSource) -> torch.Tensor:
+        """The fast form: one compiled call, gathering from the replay's ring where it is CPU tensors."""
+        assert self._fused is not None
+        sample_slots = getattr(buffer, "sample_slots", None)
+        fields = sample_slots(self._slots) if sample_slots is not None else None
+        if fields is not None:
+            slots = self._slots
+        else:  # another storage, or the async learner's staged batch: the batch is the ring
+            fields, slots = tuple(buffer.sample(self.batch_size)), self._fused.arange
+        # The hard copy comes after the update that makes ``updates`` a multiple of target_every.
+        target_mode = (2 if (self.updates + 1) % self._target_every == 0 else 0) if self._hard else 1
+        loss = self._fused.step(fields, slots, gamma=self.gamma, double=self._double, huber=self._huber,
+                                clip=self._clip, target_mode=target_mode, tau=self._tau)
+        self.updates += 1
+        self._fused_loss_view[()] = loss
+        return self._fused_loss
+
+    def _update_torch(self, buffer: BatchSource) -> torch.Tensor:
+        """The slow form and the reference: eager autograd, one dispatch per operator."""
         self.optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
         for _ in range(self.grad_accum):
@@ -245,6 +295,8 @@ class Agent:
             self.scaler.load_state_dict(state["scaler"])
         self.updates = state["updates"]
         self.generator.set_state(state["generator"])
+        if self._fused is not None:  # the optimizer's state tensors were replaced
+            self._fused.refresh()
 
 
 class EpisodeLog:

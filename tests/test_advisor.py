@@ -171,7 +171,7 @@ def test_fast_config_at_the_naive_train_ratio_is_told_about_it() -> None:
 
 def test_rules_fire_only_on_their_evidence() -> None:
     # Slow knobs with no time measured in their phases: nothing to gain, no finding.
-    idle = record(select=0.0, step=0.0, push=0.0, train=50.0, log=0.0, sets=("train.train_ratio=4",))
+    idle = record(select=0.0, step=0.0, push=0.0, train=50.0, log=0.0, sets=("train.train_ratio=4", "train.update=fused"))
     assert knobs(advise(idle, None, None)) == set()
     # A push loop that costs under the floor (0.25% of the phase time) is not worth a line.
     cheap = record(select=1.0, step=10.0, push=0.2, train=200.0, log=0.1, sets=("train.train_ratio=4",))

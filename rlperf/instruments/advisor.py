@@ -449,6 +449,35 @@ def ops_kernel(
     )
 
 
+def torch_update(
+    record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
+) -> Finding | None:
+    """docs/bottlenecks.md §20: the eager torch update on the CPU, where the fused one can run."""
+    import torch
+
+    from rlperf.fused_update import why_not_fused
+
+    ran = (record.get("update") or {}).get("form", cfg.train.update)
+    if ran != "torch" or _cuda(record) or why_not_fused(cfg, torch.device("cpu")) is not None:
+        return None
+    train = _phase(record, "train")
+    if train["total_s"] <= 0 or train["share"] < 0.05:
+        return None
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
+    per_update = f", {_time(train['total_s'] / updates)} per update" if updates else ""
+    evidence = (f"train is {percent_short(train['share'])} of phase time{per_update} with train.update=torch "
+                f"(batch {cfg.buffer.batch_size}, network {'×'.join(map(str, cfg.agent.hidden))})")
+    saving, estimate = replaced(train["total_s"], "train phase", record, "update")
+    return Finding(
+        title="Gradient update is operator dispatch (train.update=torch)", evidence=evidence,
+        fix="run the whole update (sample, forwards, loss, backward, clip, Adam, target) as one compiled call",
+        knob="train.update=fused", command=None,
+        expected_gain="4–5× on a 2×64 update at batch 128 on a 2-core CPU (BENCHMARKS.md); less on wide networks, "
+        "whose matrix products dominate",
+        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §20",
+    )
+
+
 def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
     """Garbage-collector pauses in the loop (docs/bottlenecks.md §13)."""
     if cfg.train.gc != "on" or not gc:
@@ -689,6 +718,7 @@ RULES: tuple[Rule, ...] = (
     autograd_select,
     gym_backend,
     ops_kernel,
+    torch_update,
     gc_pauses,
     amp_off,
     compile_off,

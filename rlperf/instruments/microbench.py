@@ -270,6 +270,19 @@ def _batch(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair
     return _updater(cfg, device), _updater(big, device)
 
 
+def _update(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
+    return (_updater(apply_overrides(cfg, ["train.update=torch"]), device),
+            _updater(apply_overrides(cfg, ["train.update=fused"]), device))
+
+
+def _ran_torch_update(cfg: Config, record: Mapping[str, Any]) -> bool:
+    """The run's learner ran the torch update on the CPU, where the fused one can run."""
+    from rlperf.fused_update import why_not_fused
+
+    ran = (record.get("update") or {}).get("form", cfg.train.update)
+    return ran == "torch" and not _cuda(record) and why_not_fused(cfg, torch.device("cpu")) is None
+
+
 def _cuda(record: Mapping[str, Any]) -> bool:
     return str((record.get("system") or {}).get("device", "")).startswith("cuda")
 
@@ -286,6 +299,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("backend", "env step of {num_envs} boards", "env.backend={backend}", "env.backend=tensor",
           lambda cfg, record: cfg.env.backend != "tensor", _backend),
     Bench("kernel", "env step of {num_envs} boards", "env.kernel=ops", "env.kernel=fused", _ran_ops_kernel, _kernel),
+    Bench("update", "gradient update", "train.update=torch", "train.update=fused", _ran_torch_update, _update),
     Bench("target", "target update", "a hard state-dict copy", "a soft foreach lerp",
           lambda cfg, record: cfg.agent.target_update == "hard", _target),
     Bench("inference", "action selection for {num_envs} boards", "agent.inference=grad", "agent.inference=no_grad",

@@ -119,6 +119,10 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
         # A fallback says why; a kernel that ran as asked needs no explanation.
         fallback = str(env.get("reason") or "").startswith("auto:") and env["kernel"] == "ops"
         rows.append(("env kernel", f"{env['kernel']} ({env['reason'].removeprefix('auto: ')})" if fallback else env["kernel"]))
+    update = record.get("update") or {}
+    if update.get("form"):
+        fallback = str(update.get("reason") or "").startswith("auto:") and update["form"] == "torch"
+        rows.append(("update", f"torch ({update['reason'].removeprefix('auto: ')})" if fallback else update["form"]))
     for label, value in rows:
         table.add_row(label, value)
     return safe_table(table)
