@@ -76,6 +76,7 @@ from gymnasium.vector.utils import batch_space
 
 from rlperf.device import resolve_device
 from rlperf.env import floodfill, fused
+from rlperf.env.outputs import OutputPool
 from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
                               FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
                               HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
@@ -255,7 +256,12 @@ class VectorSnake(VectorEnv):
         self._gen = torch.Generator(device=dev)
         self._occ = torch.zeros((n, c + 1), dtype=torch.bool, device=dev)  # last column: the wall
         self._ring = torch.zeros((n, c), **i64)  # body cells, head at _head_ptr
-        self._state = torch.zeros((STATE_ROWS, n), **i64)
+        # The int64, float32 and bool rows are one allocation, in that order, so the rows a step
+        # returns (the final counters, the last two state rows, then the floats and the flags)
+        # are one run of bytes: copy=True copies them with one memcpy (rlperf.env.outputs).
+        rows = torch.zeros(8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n + FLAG_ROWS * n, dtype=torch.uint8, device=dev)
+        floats_at, flags_at = 8 * STATE_ROWS * n, 8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n
+        self._state = rows[:floats_at].view(torch.int64).view(STATE_ROWS, n)
         self._head_ptr = self._state[PTR_ROW]
         self._length = self._state[LENGTH_ROW]
         self._head = self._state[HEAD_ROW]
@@ -266,11 +272,11 @@ class VectorSnake(VectorEnv):
         self._ep_score = self._state[EP_SCORE_ROW]
         self._final_len = self._state[FINAL_LEN_ROW]
         self._final_score = self._state[FINAL_SCORE_ROW]
-        self._floats = torch.zeros((FLOAT_ROWS, n), dtype=torch.float32, device=dev)
+        self._floats = rows[floats_at:flags_at].view(torch.float32).view(FLOAT_ROWS, n)
         self._ep_return = self._floats[EP_RETURN_ROW]
         self._final_return = self._floats[FINAL_RETURN_ROW]
         self._rewards = self._floats[REWARD_ROW]
-        self._flags = torch.zeros((FLAG_ROWS, n), dtype=torch.bool, device=dev)
+        self._flags = rows[flags_at:].view(torch.bool).view(FLAG_ROWS, n)
         self._terminated = self._flags[TERMINATED_ROW]
         self._truncated = self._flags[TRUNCATED_ROW]
         self._done = self._flags[DONE_ROW]
@@ -282,9 +288,14 @@ class VectorSnake(VectorEnv):
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
         self._actions_shape = (n,)
-        # copy=True copies these four through numpy views of them, made once.
-        self._host_views = ({id(t): t.numpy() for t in (self._obs_all, self._floats, self._flags, self._state)}
-                            if dev.type == "cpu" else None)
+        # copy=True: output sets to copy a step's results into (pooled on the CPU).
+        if self.copy:
+            returned = 8 * FINAL_LEN_ROW * n  # the returned rows' first byte
+            counters, floats, flags = (floats_at - returned, flags_at - returned, rows.numel() - returned)
+            views = ((0, counters, torch.int64, 0), (0, counters, torch.int64, 1),  # steps, score
+                     *((counters, floats, torch.float32, row) for row in (REWARD_ROW, FINAL_RETURN_ROW)),
+                     *((floats, flags, torch.bool, row) for row in (TERMINATED_ROW, TRUNCATED_ROW, DONE_ROW)))
+            self._outputs = OutputPool(self._obs_all, rows[returned:], views)
         self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
         self._counter = 0
 
@@ -388,8 +399,8 @@ class VectorSnake(VectorEnv):
         return self._results(out_index)
 
     def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of fresh copies of
-        them -- four copies in all, whatever the number of tensors returned."""
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of an output set the
+        caller no longer holds, filled with two copies (rlperf.env.outputs)."""
         if not self.copy:  # the row views made once in _allocate: no tensor op per step
             done = self._done
             infos = {
@@ -399,26 +410,15 @@ class VectorSnake(VectorEnv):
                 "_final_info": done,
             }
             return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
-        fresh = self._fresh
-        pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
-        obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
-        floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
-        steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
-        done = flags[DONE_ROW]
+        first, second, steps, score, reward, final_return, terminated, truncated, done = self._outputs.take(out_index)
+        obs, final_obs = (first, second) if out_index == 0 else (second, first)  # slots 0-1 or 1-2
         infos = {
             "final_obs": final_obs,
             "_final_obs": done,
-            "final_info": {"score": score, "steps": steps, "return": floats[FINAL_RETURN_ROW]},
+            "final_info": {"score": score, "steps": steps, "return": final_return},
             "_final_info": done,
         }
-        return obs, floats[REWARD_ROW], flags[TERMINATED_ROW], flags[TRUNCATED_ROW], infos
-
-    def _fresh(self, tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """A copy of ``tensor[start:stop]`` (through numpy views on the CPU: a third of a clone's fixed cost)."""
-        views = self._host_views
-        if views is not None:
-            return torch.from_numpy(views[id(tensor)][start:stop].copy())
-        return tensor[start:stop].clone()
+        return obs, reward, terminated, truncated, infos
 
     def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
         bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,

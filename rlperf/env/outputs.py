@@ -1,0 +1,124 @@
+"""What ``VectorSnake.step`` returns with ``copy=True``: output sets, pooled on the CPU.
+
+The contract (Gymnasium's for ``copy=True``): a caller may keep any tensor a step returned, and no
+later step changes it. Allocating fresh tensors every step keeps it, at a cost that doubled the
+fused kernel's step: at 256 boards the fixed cost of the new numpy and torch objects (four arrays,
+four tensors, nine row views), at 4,096 fresh memory for ~490 KB every step (page faults).
+
+An :class:`OutputSet` is one allocation that holds a step's results -- the observation pair (the
+returned observation and ``final_obs``, adjacent in the env's buffer) and the byte rows of the
+final counters, floats and flags (adjacent too, see ``VectorSnake._allocate``) -- with the nine
+tensors a step returns made once as views of it. Filling a set is two ``memcpy`` calls.
+
+:class:`OutputPool` hands a set out again only once nothing outside the pool refers to it: no
+reference to a returned tensor object beyond the set's own (Python reference counts; torch also
+keeps a tensor's Python object referenced while C++ holds the tensor: autograd's saved tensors, a
+DLPack capsule), and no other tensor, view or numpy array on the set's memory (the storage's use
+count). Both counts must equal the ones taken when the set was made, so anything unforeseen keeps
+a set out of use rather than overwriting it; ``tests/test_env_copy.py`` holds results each way. In
+the usual loop (``obs, ... = env.step(a)``) the caller holds the previous step's set while the
+next step fills the other: two sets, warm in the cache, and nothing allocated. A caller that keeps
+more results gets more sets, up to :data:`MAX_SETS`; beyond that every step allocates a set of its
+own (the old cost; still correct).
+
+Only on the CPU: on a GPU the caller's queued kernels may still read a dropped tensor on another
+stream, so there each step makes a new set (the caching allocator makes that cheap).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import TypeAlias
+
+import numpy as np
+import torch
+
+# Sets kept for reuse. The usual loop needs two; an ``obs, next_obs`` hand-off three.
+MAX_SETS = 4
+# The observation pair starts at this alignment inside a set (after the counter rows).
+ALIGN = 64
+
+_refcount = sys.getrefcount
+_storage_uses = torch._C._storage_Use_Count
+
+View: TypeAlias = tuple[int, int, torch.dtype, int]  # a returned row: (start byte, stop byte, dtype, row)
+
+
+class OutputSet:
+    """One step's returned tensors, as views of a single allocation: the observation ``pair`` (two
+    adjacent slots of the env's observations) and the returned ``rows`` (bytes).
+
+    ``tensors``: the pair's two observations, then the rows' views in the order given.
+    """
+
+    __slots__ = ("_baseline", "_cdata", "_storage", "pair", "pair_array", "rows", "rows_array", "tensors")
+
+    def __init__(self, pair_shape: tuple[int, ...], rows_bytes: int, views: tuple[View, ...], device: torch.device) -> None:
+        start = -(-rows_bytes // ALIGN) * ALIGN
+        base = torch.empty(start + 4 * math.prod(pair_shape), dtype=torch.uint8, device=device)
+        self.rows = base[:rows_bytes]
+        self.pair = base[start:].view(torch.float32).view(pair_shape)
+        n = pair_shape[1]
+        self.tensors = (self.pair[0], self.pair[1],
+                        *(self.rows[a:b].view(dtype).view(-1, n)[row] for a, b, dtype, row in views))
+        on_cpu = device.type == "cpu"
+        self.rows_array = self.rows.numpy() if on_cpu else None
+        self.pair_array = self.pair.numpy() if on_cpu else None
+        self._storage = base.untyped_storage()
+        self._cdata = self._storage._cdata
+        self._baseline = self._counts()
+
+    def _counts(self) -> tuple[int, int]:
+        tensors = self.tensors
+        return _storage_uses(self._cdata), sum(map(_refcount, tensors))
+
+    def free(self) -> bool:
+        """Whether nothing outside this set refers to its memory any more."""
+        return self._counts() == self._baseline
+
+
+class OutputPool:
+    """Output sets for a step's results, filled from the env's observations and returned rows."""
+
+    def __init__(self, obs_all: torch.Tensor, rows: torch.Tensor, views: tuple[View, ...]) -> None:
+        """``obs_all``: the env's ``(3, N, ...)`` float32 observations, of which slots 0-1 or 1-2
+        are a step's pair; ``rows``: the env's returned rows as one uint8 tensor; ``views``: the
+        returned rows' tensors, ``(start byte, stop byte, dtype, row)`` each."""
+        self._pairs = (obs_all[0:2], obs_all[1:3])
+        self._rows = rows
+        self._views = views
+        self._pooled = obs_all.device.type == "cpu"
+        if self._pooled:
+            self._pair_arrays = (self._pairs[0].numpy(), self._pairs[1].numpy())
+            self._rows_array = rows.numpy()
+        self.sets: list[OutputSet] = []
+        self._next = 0  # where the set handed out longest ago sits
+
+    def _new(self) -> OutputSet:
+        return OutputSet(tuple(self._pairs[0].shape), self._rows.numel(), self._views, self._rows.device)
+
+    def take(self, first: int) -> tuple[torch.Tensor, ...]:
+        """The tensors of a set nothing outside the pool refers to (a new one where none is), filled
+        with the observation slots ``first`` and ``first + 1`` and the rows."""
+        if not self._pooled:
+            chosen = self._new()
+            chosen.pair.copy_(self._pairs[first])
+            chosen.rows.copy_(self._rows)
+            return chosen.tensors
+        sets = self.sets
+        count = len(sets)
+        for k in range(count):  # oldest first: in the usual loop the first one tried is free
+            index = (self._next + k) % count
+            if sets[index].free():
+                chosen = sets[index]
+                self._next = (index + 1) % count
+                break
+        else:
+            chosen = self._new()
+            if count < MAX_SETS:  # join the rotation as the newest
+                sets.insert(self._next, chosen)
+                self._next = (self._next + 1) % (count + 1)
+        np.copyto(chosen.pair_array, self._pair_arrays[first])  # type: ignore[arg-type]
+        np.copyto(chosen.rows_array, self._rows_array)  # type: ignore[arg-type]
+        return chosen.tensors
