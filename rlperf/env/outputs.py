@@ -46,25 +46,29 @@ View: TypeAlias = tuple[int, int, torch.dtype, int]  # a returned row: (start by
 
 
 class OutputSet:
-    """One step's returned tensors, as views of a single allocation: the observation ``pair`` (two
-    adjacent slots of the env's observations) and the returned ``rows`` (bytes).
+    """One step's returned tensors, as views of a single allocation: observations ``slots`` shaped
+    like the env's ``(3, N, ...)`` (slot 2 the returned observation, slot 1 ``final_obs``, slot 0
+    unused: the fused kernel writes into it as into the env's own) and the returned ``rows`` (bytes).
 
-    ``tensors``: the pair's two observations, then the rows' views in the order given.
+    ``tensors``: the observation, ``final_obs``, then the rows' views in the order given.
     """
 
-    __slots__ = ("_baseline", "_cdata", "_storage", "pair", "pair_array", "rows", "rows_array", "tensors")
+    __slots__ = ("_baseline", "_cdata", "_storage", "kernel_slots", "rows", "rows_array", "slots", "slots_array",
+                 "tensors")
 
-    def __init__(self, pair_shape: tuple[int, ...], rows_bytes: int, views: tuple[View, ...], device: torch.device) -> None:
+    def __init__(self, slots_shape: tuple[int, ...], rows_bytes: int, views: tuple[View, ...], device: torch.device) -> None:
         start = -(-rows_bytes // ALIGN) * ALIGN
-        base = torch.empty(start + 4 * math.prod(pair_shape), dtype=torch.uint8, device=device)
+        base = torch.empty(start + 4 * math.prod(slots_shape), dtype=torch.uint8, device=device)
         self.rows = base[:rows_bytes]
-        self.pair = base[start:].view(torch.float32).view(pair_shape)
-        n = pair_shape[1]
-        self.tensors = (self.pair[0], self.pair[1],
+        self.slots = base[start:].view(torch.float32).view(slots_shape)
+        n = slots_shape[1]
+        self.tensors = (self.slots[2], self.slots[1],
                         *(self.rows[a:b].view(dtype).view(-1, n)[row] for a, b, dtype, row in views))
         on_cpu = device.type == "cpu"
         self.rows_array = self.rows.numpy() if on_cpu else None
-        self.pair_array = self.pair.numpy() if on_cpu else None
+        self.slots_array = self.slots.numpy() if on_cpu else None
+        # What the fused kernel writes into: each observation flattened, as VectorSnake passes its own.
+        self.kernel_slots = self.slots_array.reshape(3, n, -1) if self.slots_array is not None else None
         self._storage = base.untyped_storage()
         self._cdata = self._storage._cdata
         self._baseline = self._counts()
@@ -82,43 +86,48 @@ class OutputPool:
     """Output sets for a step's results, filled from the env's observations and returned rows."""
 
     def __init__(self, obs_all: torch.Tensor, rows: torch.Tensor, views: tuple[View, ...]) -> None:
-        """``obs_all``: the env's ``(3, N, ...)`` float32 observations, of which slots 0-1 or 1-2
-        are a step's pair; ``rows``: the env's returned rows as one uint8 tensor; ``views``: the
-        returned rows' tensors, ``(start byte, stop byte, dtype, row)`` each."""
-        self._pairs = (obs_all[0:2], obs_all[1:3])
+        """``obs_all``: the env's ``(3, N, ...)`` float32 observations (with ``copy=True`` a step
+        returns slot 2, its ``final_obs`` in slot 1); ``rows``: the env's returned rows as one uint8
+        tensor; ``views``: the returned rows' tensors, ``(start byte, stop byte, dtype, row)`` each."""
+        self._obs_all = obs_all
         self._rows = rows
         self._views = views
         self._pooled = obs_all.device.type == "cpu"
         if self._pooled:
-            self._pair_arrays = (self._pairs[0].numpy(), self._pairs[1].numpy())
+            self._pair_array = obs_all[1:3].numpy()
             self._rows_array = rows.numpy()
         self.sets: list[OutputSet] = []
         self._next = 0  # where the set handed out longest ago sits
 
     def _new(self) -> OutputSet:
-        return OutputSet(tuple(self._pairs[0].shape), self._rows.numel(), self._views, self._rows.device)
+        return OutputSet(tuple(self._obs_all.shape), self._rows.numel(), self._views, self._rows.device)
 
-    def take(self, first: int) -> tuple[torch.Tensor, ...]:
-        """The tensors of a set nothing outside the pool refers to (a new one where none is), filled
-        with the observation slots ``first`` and ``first + 1`` and the rows."""
+    def take(self) -> OutputSet:
+        """A set nothing outside the pool refers to, or a new one where none is."""
         if not self._pooled:
-            chosen = self._new()
-            chosen.pair.copy_(self._pairs[first])
-            chosen.rows.copy_(self._rows)
-            return chosen.tensors
+            return self._new()
         sets = self.sets
         count = len(sets)
         for k in range(count):  # oldest first: in the usual loop the first one tried is free
             index = (self._next + k) % count
             if sets[index].free():
-                chosen = sets[index]
                 self._next = (index + 1) % count
-                break
-        else:
-            chosen = self._new()
-            if count < MAX_SETS:  # join the rotation as the newest
-                sets.insert(self._next, chosen)
-                self._next = (self._next + 1) % (count + 1)
-        np.copyto(chosen.pair_array, self._pair_arrays[first])  # type: ignore[arg-type]
-        np.copyto(chosen.rows_array, self._rows_array)  # type: ignore[arg-type]
+                return sets[index]
+        chosen = self._new()
+        if count < MAX_SETS:  # join the rotation as the newest
+            sets.insert(self._next, chosen)
+            self._next = (self._next + 1) % (count + 1)
+        return chosen
+
+    def fill(self, chosen: OutputSet, observations: bool) -> tuple[torch.Tensor, ...]:
+        """Copy the rows (and, with ``observations``, the observation and ``final_obs``) into
+        ``chosen``: its tensors."""
+        if chosen.rows_array is None:
+            chosen.rows.copy_(self._rows)
+            if observations:
+                chosen.slots[1:3].copy_(self._obs_all[1:3])
+            return chosen.tensors
+        np.copyto(chosen.rows_array, self._rows_array)
+        if observations:
+            np.copyto(chosen.slots_array[1:3], self._pair_array)  # type: ignore[index]
         return chosen.tensors

@@ -76,7 +76,7 @@ from gymnasium.vector.utils import batch_space
 
 from rlperf.device import resolve_device
 from rlperf.env import floodfill, fused
-from rlperf.env.outputs import OutputPool
+from rlperf.env.outputs import OutputPool, OutputSet
 from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
                               FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
                               HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
@@ -285,6 +285,7 @@ class VectorSnake(VectorEnv):
         self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]
         self._final_obs = self._obs_all[FINAL_OBS]
         self._obs_index = 0
+        self._last_set: OutputSet | None = None  # copy=True: the set the fused kernel last wrote into
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
         self._actions_shape = (n,)
@@ -302,11 +303,12 @@ class VectorSnake(VectorEnv):
     def _bind_fused(self) -> None:
         """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory)."""
         n = self.num_envs
-        self._fused_arrays = (
-            self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(), self._flags.numpy(),
-            self._obs_all.numpy().reshape(3, n, -1), fused.cell_table(self.size), fused.scratch(n, self.size),
-            self.size, self.initial_length, self.hunger, self.obs_mode == "grid", self.flood_fill != "off",
-        )
+        # The observations are passed apart: with copy=True a step's go straight into its output set.
+        self._fused_state = (self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(),
+                             self._flags.numpy())
+        self._fused_obs = self._obs_all.numpy().reshape(3, n, -1)
+        self._fused_rest = (fused.cell_table(self.size), fused.scratch(n, self.size), self.size, self.initial_length,
+                            self.hunger, self.obs_mode == "grid", self.flood_fill != "off")
         self._no_draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
         # The kernel's threads follow torch's (run.threads sets both before the env is built).
         fused.numba.set_num_threads(max(1, min(torch.get_num_threads(), fused.numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
@@ -364,11 +366,19 @@ class VectorSnake(VectorEnv):
             return np.ascontiguousarray(array, dtype=np.float64)
         return torch.as_tensor(draws, dtype=torch.float64, device=self.device)
 
+    def _out_index(self) -> int:
+        """The observation buffer a reset or step writes: the two alternate for copy=False's
+        ``obs = next_obs`` hand-offs; copy=True returns copies, so it always takes slot 2 (its
+        ``final_obs`` next to it in slot 1: one block to copy)."""
+        return 1 if self.copy else self._obs_index ^ 1
+
     def _reset(self, draws: Any) -> tuple[torch.Tensor, dict]:
-        out_index = self._obs_index ^ 1
+        out_index = self._out_index()
+        self._last_set = None
         if self.kernel == "fused":
             injected = draws is not None
-            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index])
+            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index],
+                             self._fused_obs)
         else:
             u = self._draws if draws is None else draws
             if draws is None:
@@ -387,21 +397,27 @@ class VectorSnake(VectorEnv):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         if self._needs_reset:
             raise ResetNeededError("VectorSnake.step() was called before reset()", hint="call env.reset(seed=...) first")
-        out_index = self._obs_index ^ 1
+        out_index = self._out_index()
+        # copy=True: an output set the caller no longer holds; the fused kernel writes the
+        # observations straight into it, the ops kernel's are copied (rlperf.env.outputs).
+        chosen = self._outputs.take() if self.copy else None
         if self.kernel == "fused":
             injected = draws is not None
+            obs = self._fused_obs if chosen is None else chosen.kernel_slots
             self._fused_step(self._actions_array(actions), draws if injected else self._no_draws, injected, False,
-                             OBS_SLOTS[out_index])
+                             OBS_SLOTS[out_index], obs)  # type: ignore[arg-type]
+            self._last_set = chosen
         else:
             self._step_ops(self._checked_actions(actions), draws, self._obs[out_index])
         self._obs_index = out_index
         self._counter += 1
-        return self._results(out_index)
+        return self._results(out_index, chosen)
 
-    def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of an output set the
-        caller no longer holds, filled with two copies (rlperf.env.outputs)."""
-        if not self.copy:  # the row views made once in _allocate: no tensor op per step
+    def _results(self, out_index: int, chosen: OutputSet | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of the output set
+        ``chosen``, its rows (and the ops kernel's observations) copied in here."""
+        if chosen is None:  # copy=False: the row views made once in _allocate, no tensor op per step
             done = self._done
             infos = {
                 "final_obs": self._final_obs,
@@ -410,8 +426,8 @@ class VectorSnake(VectorEnv):
                 "_final_info": done,
             }
             return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
-        first, second, steps, score, reward, final_return, terminated, truncated, done = self._outputs.take(out_index)
-        obs, final_obs = (first, second) if out_index == 0 else (second, first)  # slots 0-1 or 1-2
+        filled = self._outputs.fill(chosen, self._last_set is not chosen)
+        obs, final_obs, steps, score, reward, final_return, terminated, truncated, done = filled
         infos = {
             "final_obs": final_obs,
             "_final_obs": done,
@@ -420,9 +436,10 @@ class VectorSnake(VectorEnv):
         }
         return obs, reward, terminated, truncated, infos
 
-    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
+    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int,
+                    obs: np.ndarray) -> None:
         bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
-                                *self._fused_arrays)
+                                *self._fused_state, obs, *self._fused_rest)
         if bad:
             raise self._invalid_action(actions[bad - 1], bad - 1)
 
@@ -614,13 +631,15 @@ class VectorSnake(VectorEnv):
         self._ep_score[index] = score
         self._ep_len[index] = steps
         self._ep_return[index] = float(score)
-        current = self._obs[self._obs_index]
-        self._observe(current)
+        self._last_set = None
+        self._observe(self._obs[self._obs_index])
         self._needs_reset = False
 
     @property
     def observations(self) -> torch.Tensor:
         """The most recent observation batch (what the last reset/step returned)."""
+        if self._last_set is not None:  # the fused kernel wrote it straight into a copy=True output set
+            return self._last_set.tensors[0]
         return self._obs[self._obs_index]
 
     @property
@@ -649,6 +668,7 @@ class VectorSnake(VectorEnv):
             if name.startswith("_"):
                 getattr(self, name).copy_(value.to(self.device))
         self._obs_index = 0
+        self._last_set = None
         self._obs[0].copy_(state["obs"].to(self.device))
         self._gen.set_state(state["generator"])
         key, self._counter = state.get("stream", (0, 0))
