@@ -179,3 +179,25 @@ def test_numpy_consumers_see_plain_arrays() -> None:
     assert np.asarray(obs).dtype == np.float32 and np.asarray(rewards).dtype == np.float32
     assert np.asarray(terminated).dtype == np.bool_ and np.asarray(infos["final_info"]["score"]).dtype == np.int64
     assert obs.shape == (N, 11) and infos["final_obs"].shape == (N, 11) and rewards.shape == (N,)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_observations_and_checkpoints_follow_the_returned_observation(kernel: str) -> None:
+    """With the fused kernel a step's observation lives only in its output set: ``observations``,
+    ``state_dict`` and a resume must still see it, as with copy=False."""
+    envs = [VectorSnake(N, size=5, device="cpu", kernel=kernel, copy=copy) for copy in (True, False)]
+    for env in envs:
+        env.reset(seed=6)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(15):
+        a = actions(gen)
+        obs = envs[0].step(a)[0]
+        envs[1].step(a)
+        assert torch.equal(envs[0].observations, obs) and torch.equal(envs[0].observations, envs[1].observations)
+    del obs
+    resumed = VectorSnake(N, size=5, device="cpu", kernel=kernel)
+    resumed.load_state_dict(envs[0].state_dict())
+    assert torch.equal(resumed.observations, envs[1].observations)
+    for _ in range(15):
+        a = actions(gen)
+        assert torch.equal(resumed.step(a)[0], envs[1].step(a)[0])

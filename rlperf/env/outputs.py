@@ -5,10 +5,12 @@ later step changes it. Allocating fresh tensors every step keeps it, at a cost t
 fused kernel's step: at 256 boards the fixed cost of the new numpy and torch objects (four arrays,
 four tensors, nine row views), at 4,096 fresh memory for ~490 KB every step (page faults).
 
-An :class:`OutputSet` is one allocation that holds a step's results -- the observation pair (the
-returned observation and ``final_obs``, adjacent in the env's buffer) and the byte rows of the
-final counters, floats and flags (adjacent too, see ``VectorSnake._allocate``) -- with the nine
-tensors a step returns made once as views of it. Filling a set is two ``memcpy`` calls.
+An :class:`OutputSet` is one allocation that holds a step's results -- observation slots shaped
+like the env's own, and the byte rows of the final counters, floats and flags (adjacent in the
+env's memory, see ``VectorSnake._allocate``) -- with the nine tensors a step returns made once as
+views of it. The fused kernel writes a step's observation and ``final_obs`` straight into the set
+(it takes the set's slots in place of the env's), so filling it costs one ``memcpy`` of ~31 bytes
+a board; the ops kernel's observations are copied in too (one more ``memcpy``).
 
 :class:`OutputPool` hands a set out again only once nothing outside the pool refers to it: no
 reference to a returned tensor object beyond the set's own (Python reference counts; torch also
@@ -36,7 +38,7 @@ import torch
 
 # Sets kept for reuse. The usual loop needs two; an ``obs, next_obs`` hand-off three.
 MAX_SETS = 4
-# The observation pair starts at this alignment inside a set (after the counter rows).
+# The observation slots start at this alignment inside a set (after the rows).
 ALIGN = 64
 
 _refcount = sys.getrefcount

@@ -51,10 +51,13 @@ torch generator on the env's device for all boards at once, so a board's stream 
 does not depend on ``num_envs``. :meth:`VectorSnake.step_with_draws` injects explicit draws.
 
 Returned tensors: with ``copy=True`` (the default, as Gymnasium's vector envs) every call returns
-fresh tensors that later steps never change. ``copy=False`` returns the env's own buffers, which
-saves the copies (see BENCHMARKS.md) and is what rlperf's trainer uses: an observation then stays
-valid until the step after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs
-work), while ``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
+tensors that later steps never change, however the caller holds them. A step's come from a pool of
+output sets reused only once the caller holds nothing of them (:mod:`rlperf.env.outputs`; the
+fused kernel writes the observations straight into the set), so the usual loop allocates nothing
+and the default costs little next to ``copy=False`` (BENCHMARKS.md). ``copy=False`` returns the
+env's own buffers, what rlperf's trainer uses: an observation then stays valid until the step
+after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs work), while
+``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
 
 Invalid input -- an action outside {0, 1, 2}, a float or bool action dtype, a wrong shape, ``step``
 before ``reset`` -- raises one clear error, at no cost the env benchmark can see: the fused kernel
@@ -171,8 +174,8 @@ class VectorSnake(VectorEnv):
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         render_mode: ``None``, ``"ansi"`` (board 0 as text) or ``"rgb_array"`` (every board as an
             ``(H, W, 3)`` uint8 image, a tuple of ``num_envs``, as Gymnasium's vector envs render).
-        copy: return fresh tensors (default), or the env's own buffers (``False``: faster, for a
-            trainer that reads each step's results before the next step; see the module docstring).
+        copy: return tensors no later step changes (default), or the env's own buffers (``False``:
+            for a trainer that reads each step's results before the next step; see the module docstring).
         kernel: ``"auto"`` (default: ``fused`` where it can run), ``"ops"`` or ``"fused"``; see the
             module docstring. :attr:`kernel` and :attr:`kernel_reason` say which runs and why.
     """
