@@ -429,7 +429,7 @@ class VectorSnake(VectorEnv):
                 "_final_info": done,
             }
             return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
-        filled = self._outputs.fill(chosen, self._last_set is not chosen)
+        filled = self._outputs.fill(chosen, observations=self.kernel != "fused")  # the fused kernel wrote them
         obs, final_obs, steps, score, reward, final_return, terminated, truncated, done = filled
         infos = {
             "final_obs": final_obs,
