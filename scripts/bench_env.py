@@ -13,7 +13,7 @@ The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-
 ``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` (the default, what
 ``gymnasium.make_vec`` users get) and the action checks add, ``--overheads-only`` that alone:
 
-    python scripts/bench_env.py --overheads-only --max-n 4096 --steps 400 --threads 1
+    python scripts/bench_env.py --overheads-only --kernels fused --max-n 4096 --steps 1000 --threads 1
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def time_vector_snakes(
     return rates
 
 
-def overheads(n: int, repeats: int, steps: int) -> dict:
+def overheads(n: int, repeats: int, steps: int, kernels: list[str]) -> dict:
     """What the env's contracts cost per step at ``n`` boards, for each kernel on the CPU: returning
     tensors no later step changes (``copy=True`` against ``copy=False``, interleaved blocks, each
     step's results held during the next as ``obs, ... = env.step(a)`` holds them) and checking the
@@ -72,7 +72,7 @@ def overheads(n: int, repeats: int, steps: int) -> dict:
     device = torch.device("cpu")
     actions = torch.randint(0, 3, (steps, n))
     row: dict = {"n": n}
-    for kernel in ("fused", "ops"):
+    for kernel in kernels:
         envs = {copy: VectorSnake(num_envs=n, size=10, device=device, kernel=kernel, copy=copy) for copy in (False, True)}
         times: dict[bool, list[float]] = {False: [], True: []}
         for env in envs.values():
@@ -229,13 +229,14 @@ def time_kernels(args: argparse.Namespace, device: torch.device, sizes: list[int
             print(f"fused, best N: {best['n']:,} at {best['median']:,.0f} env steps/s")
 
 
-def time_overheads(args: argparse.Namespace, results: dict) -> None:
+def time_overheads(args: argparse.Namespace, results: dict, kernels: list[str]) -> None:
     """The copy and action-check costs at N = 256 and at --max-n."""
-    results["overheads"] = [overheads(n, args.repeats, args.steps) for n in sorted({min(256, args.max_n), args.max_n})]
+    sizes = sorted({min(256, args.max_n), args.max_n})
+    results["overheads"] = [overheads(n, args.repeats, args.steps, kernels) for n in sizes]
     if args.json:
         return
     for r in results["overheads"]:
-        for kernel in ("fused", "ops"):
+        for kernel in kernels:
             o = r[kernel]
             print(
                 f"{kernel:5s} N={r['n']:>8,}: copy=True +{o['copy_extra_us']:.1f} µs per step ({o['copy_ratio']:.2f}x "
@@ -306,7 +307,7 @@ def main() -> None:
     if not args.overheads_only:
         time_kernels(args, device, sizes_between(args.min_n, args.max_n), kernels, results)
     if args.overheads or args.overheads_only:
-        time_overheads(args, results)
+        time_overheads(args, results, kernels)
     if not args.no_gym and not args.overheads_only:
         time_gym_baselines(args, results, kernels)
     if args.plot:
