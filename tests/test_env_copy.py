@@ -144,6 +144,15 @@ def test_keeping_every_result_works_and_the_pool_stays_bounded(kernel: str) -> N
     assert len(envs[0]._outputs.sets) == outputs.MAX_SETS
 
 
+def test_large_sets_are_pooled_two_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outputs, "POOL_BYTES", 1)  # as if each set were larger than the whole budget
+    env = VectorSnake(N, size=5, device="cpu", kernel="fused")
+    env.reset(seed=0)
+    gen = torch.Generator().manual_seed(0)
+    kept = [returned(env.step(actions(gen))) for _ in range(6)]
+    assert len(env._outputs.sets) == 2 and len({results[0].data_ptr() for results in kept}) == 6
+
+
 def test_reset_observation_never_changes() -> None:
     env = VectorSnake(N, size=5, device="cpu", kernel="fused")
     obs, _ = env.reset(seed=0)

@@ -20,8 +20,8 @@ count). Both counts must equal the ones taken when the set was made, so anything
 a set out of use rather than overwriting it; ``tests/test_env_copy.py`` holds results each way. In
 the usual loop (``obs, ... = env.step(a)``) the caller holds the previous step's set while the
 next step fills the other: two sets, warm in the cache, and nothing allocated. A caller that keeps
-more results gets more sets, up to :data:`MAX_SETS`; beyond that every step allocates a set of its
-own (the old cost; still correct).
+more results gets more sets, up to :data:`MAX_SETS` (fewer for very large sets, see
+:data:`POOL_BYTES`); beyond that every step allocates a set of its own (the old cost; still correct).
 
 Only on the CPU: on a GPU the caller's queued kernels may still read a dropped tensor on another
 stream, so there each step makes a new set (the caching allocator makes that cheap).
@@ -36,8 +36,10 @@ from typing import TypeAlias
 import numpy as np
 import torch
 
-# Sets kept for reuse. The usual loop needs two; an ``obs, next_obs`` hand-off three.
+# Sets kept for reuse. The usual loop needs two; an ``obs, next_obs`` hand-off three. Beyond two,
+# no more than POOL_BYTES in all (grid observations of many boards make large sets).
 MAX_SETS = 4
+POOL_BYTES = 512 * 2**20
 # The observation slots start at this alignment inside a set (after the rows).
 ALIGN = 64
 
@@ -98,6 +100,7 @@ class OutputPool:
         if self._pooled:
             self._pair_array = obs_all[1:3].numpy()
             self._rows_array = rows.numpy()
+        self.max_sets = max(2, min(MAX_SETS, POOL_BYTES // (rows.numel() + 4 * obs_all.numel())))
         self.sets: list[OutputSet] = []
         self._next = 0  # where the set handed out longest ago sits
 
@@ -116,7 +119,7 @@ class OutputPool:
                 self._next = (index + 1) % count
                 return sets[index]
         chosen = self._new()
-        if count < MAX_SETS:  # join the rotation as the newest
+        if count < self.max_sets:  # join the rotation as the newest
             sets.insert(self._next, chosen)
             self._next = (self._next + 1) % (count + 1)
         return chosen
