@@ -51,8 +51,9 @@ View: TypeAlias = tuple[int, int, torch.dtype, int]  # a returned row: (start by
 
 class OutputSet:
     """One step's returned tensors, as views of a single allocation: observations ``slots`` shaped
-    like the env's ``(3, N, ...)`` (slot 2 the returned observation, slot 1 ``final_obs``, slot 0
-    unused: the fused kernel writes into it as into the env's own) and the returned ``rows`` (bytes).
+    like the env's ``(3, N, ...)`` (slot 2 the returned observation, slot 1 ``final_obs``; slot 0,
+    never written, is there so the fused kernel takes the set in place of the env's own observation
+    buffer) and the returned ``rows`` (bytes).
 
     ``tensors``: the observation, ``final_obs``, then the rows' views in the order given.
     """
