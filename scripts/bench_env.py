@@ -10,8 +10,10 @@ built), each figure is the median of ``--repeats`` timed blocks. At each (N, flo
 kernels' blocks are interleaved (fused, ops, fused, ops, ...), so their ratio sees the same load.
 The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-board
 ``SnakeEnv``) run in the same invocation so the ratios compare like with like. The envs run with
-``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` and the action
-checks add.
+``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` (the default, what
+``gymnasium.make_vec`` users get) and the action checks add, ``--overheads-only`` that alone:
+
+    python scripts/bench_env.py --overheads-only --kernels fused --max-n 4096 --steps 1000 --threads 1
 """
 
 from __future__ import annotations
@@ -62,25 +64,28 @@ def time_vector_snakes(
     return rates
 
 
-def overheads(n: int, repeats: int, steps: int) -> dict:
+def overheads(n: int, repeats: int, steps: int, kernels: list[str]) -> dict:
     """What the env's contracts cost per step at ``n`` boards, for each kernel on the CPU: returning
-    fresh tensors (``copy=True`` against ``copy=False``, interleaved blocks) and checking the actions
-    (the fused kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
+    tensors no later step changes (``copy=True`` against ``copy=False``, interleaved blocks, each
+    step's results held during the next as ``obs, ... = env.step(a)`` holds them) and checking the
+    actions (the fused kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
     device = torch.device("cpu")
     actions = torch.randint(0, 3, (steps, n))
     row: dict = {"n": n}
-    for kernel in ("fused", "ops"):
+    for kernel in kernels:
         envs = {copy: VectorSnake(num_envs=n, size=10, device=device, kernel=kernel, copy=copy) for copy in (False, True)}
         times: dict[bool, list[float]] = {False: [], True: []}
         for env in envs.values():
             env.reset(seed=0)
-            env.step(actions[0])
+            for i in range(min(5, steps)):  # warm-up, the results held as in the timed loop: copy=True's sets exist
+                out = env.step(actions[i])
         for _ in range(repeats):
             for copy, env in envs.items():
                 start = time.perf_counter()
                 for i in range(steps):
-                    env.step(actions[i])
+                    out = env.step(actions[i])  # held during the next step, as a loop holds it
                 times[copy].append((time.perf_counter() - start) / steps)
+                del out
         plain, copied = statistics.median(times[False]), statistics.median(times[True])
         env = envs[False]
         if kernel == "fused":
@@ -93,6 +98,9 @@ def overheads(n: int, repeats: int, steps: int) -> dict:
             "copy_step_us": summarize([1e6 * t for t in times[True]]),
             "copy_extra_us": 1e6 * (copied - plain),
             "copy_ratio": copied / plain,
+            "rate": n / plain,
+            "copy_rate": n / copied,
+            "copy_rate_ratio": plain / copied,  # the target: >= 0.8 at 256 and 4,096 boards
             "check_us": 1e6 * check_s,
             "check_share": check_s / plain,
         }
@@ -221,18 +229,20 @@ def time_kernels(args: argparse.Namespace, device: torch.device, sizes: list[int
             print(f"fused, best N: {best['n']:,} at {best['median']:,.0f} env steps/s")
 
 
-def time_overheads(args: argparse.Namespace, results: dict) -> None:
+def time_overheads(args: argparse.Namespace, results: dict, kernels: list[str]) -> None:
     """The copy and action-check costs at N = 256 and at --max-n."""
-    results["overheads"] = [overheads(n, args.repeats, args.steps) for n in sorted({min(256, args.max_n), args.max_n})]
+    sizes = sorted({min(256, args.max_n), args.max_n})
+    results["overheads"] = [overheads(n, args.repeats, args.steps, kernels) for n in sizes]
     if args.json:
         return
     for r in results["overheads"]:
-        for kernel in ("fused", "ops"):
+        for kernel in kernels:
             o = r[kernel]
             print(
                 f"{kernel:5s} N={r['n']:>8,}: copy=True +{o['copy_extra_us']:.1f} µs per step ({o['copy_ratio']:.2f}x "
-                f"the {o['step_us']['median']:.1f} µs step); action check {o['check_us']:.2f} µs "
-                f"({o['check_share']:.1%} of the step)"
+                f"the {o['step_us']['median']:.1f} µs step; {o['copy_rate'] / 1e6:.2f} M against "
+                f"{o['rate'] / 1e6:.2f} M env steps/s, {o['copy_rate_ratio']:.2f}x); action check "
+                f"{o['check_us']:.2f} µs ({o['check_share']:.1%} of the step)"
             )
 
 
@@ -264,6 +274,7 @@ def main() -> None:
         action="store_true",
         help="also time copy=True against copy=False and the action checks (CPU; N = 256 and --max-n)",
     )
+    parser.add_argument("--overheads-only", action="store_true", help="only --overheads (no rates over N, no peers)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")
     parser.add_argument("--plot", type=Path, help="write env steps/s vs N (log-log) with the peers' points as PNG here")
@@ -293,10 +304,11 @@ def main() -> None:
         parser.error(f"--kernels takes fused and/or ops, got {args.kernels!r}")
     kernels = [k for k in asked if resolve_kernel(k if k == "ops" else "auto", device)[0] == k]
     results["kernels"] = kernels
-    time_kernels(args, device, sizes_between(args.min_n, args.max_n), kernels, results)
-    if args.overheads:
-        time_overheads(args, results)
-    if not args.no_gym:
+    if not args.overheads_only:
+        time_kernels(args, device, sizes_between(args.min_n, args.max_n), kernels, results)
+    if args.overheads or args.overheads_only:
+        time_overheads(args, results, kernels)
+    if not args.no_gym and not args.overheads_only:
         time_gym_baselines(args, results, kernels)
     if args.plot:
         plot(results, args.plot)

@@ -88,7 +88,10 @@ CASES = {
 def test_fused_equals_ops_given_the_same_draws(case, dense):
     size, obs, flood_fill, length, hunger, explore = CASES[case]
     n, steps = 64, 300
-    kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=length, hunger=hunger, device="cpu")
+    # copy=False: the observation buffers are compared with the state (with copy=True the fused kernel
+    # writes a step's observations into the returned set instead; tests/test_env_copy.py checks those).
+    kwargs = dict(size=size, obs=obs, flood_fill=flood_fill, initial_length=length, hunger=hunger, device="cpu",
+                  copy=False)
     ops, fast = VectorSnake(n, kernel="ops", **kwargs), VectorSnake(n, kernel="fused", **kwargs)
     ops.dense = dense
     rng = np.random.default_rng(sum(map(ord, case)))
@@ -120,7 +123,7 @@ def test_full_board_won_and_last_cell_on_both_kernels():
     # the respawn has exactly one free cell to pick from. Both heading left along the bottom row.
     path = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
             (2, 0), (2, 1), (2, 2), (2, 3), (3, 3), (3, 2), (3, 1), (3, 0)]
-    envs = [VectorSnake(2, size=4, device="cpu", kernel=k, flood_fill="tensor") for k in ("ops", "fused")]
+    envs = [VectorSnake(2, size=4, device="cpu", kernel=k, flood_fill="tensor", copy=False) for k in ("ops", "fused")]
     for env in envs:
         env.reset(seed=0)
         env.set_board(0, path[:15][::-1], 3, path[15], score=12, steps=40)

@@ -65,7 +65,8 @@ except Exception as exc:
 else:
     IMPORT_ERROR = None
 
-# Per-board counters, rows of ``state``.
+# Per-board counters, rows of ``state``. The final counters are the last rows: what a step returns
+# of ``state``, ``floats`` and ``flags`` is then one run of bytes (``VectorSnake._allocate``).
 PTR_ROW, LENGTH_ROW, HEAD_ROW, DIR_ROW, FRUIT_ROW, HUNGRY_ROW = 0, 1, 2, 3, 4, 5
 EP_LEN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW, FINAL_SCORE_ROW = 6, 7, 8, 9
 STATE_ROWS = 10

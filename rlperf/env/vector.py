@@ -51,10 +51,13 @@ torch generator on the env's device for all boards at once, so a board's stream 
 does not depend on ``num_envs``. :meth:`VectorSnake.step_with_draws` injects explicit draws.
 
 Returned tensors: with ``copy=True`` (the default, as Gymnasium's vector envs) every call returns
-fresh tensors that later steps never change. ``copy=False`` returns the env's own buffers, which
-saves the copies (see BENCHMARKS.md) and is what rlperf's trainer uses: an observation then stays
-valid until the step after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs
-work), while ``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
+tensors that later steps never change, however the caller holds them. A step's come from a pool of
+output sets reused only once the caller holds nothing of them (:mod:`rlperf.env.outputs`; the
+fused kernel writes the observations straight into the set), so the usual loop allocates nothing
+and the default costs little next to ``copy=False`` (BENCHMARKS.md). ``copy=False`` returns the
+env's own buffers, what rlperf's trainer uses: an observation then stays valid until the step
+after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs work), while
+``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
 
 Invalid input -- an action outside {0, 1, 2}, a float or bool action dtype, a wrong shape, ``step``
 before ``reset`` -- raises one clear error, at no cost the env benchmark can see: the fused kernel
@@ -76,6 +79,7 @@ from gymnasium.vector.utils import batch_space
 
 from rlperf.device import resolve_device
 from rlperf.env import floodfill, fused
+from rlperf.env.outputs import OutputPool, OutputSet
 from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
                               FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
                               HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
@@ -170,8 +174,8 @@ class VectorSnake(VectorEnv):
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         render_mode: ``None``, ``"ansi"`` (board 0 as text) or ``"rgb_array"`` (every board as an
             ``(H, W, 3)`` uint8 image, a tuple of ``num_envs``, as Gymnasium's vector envs render).
-        copy: return fresh tensors (default), or the env's own buffers (``False``: faster, for a
-            trainer that reads each step's results before the next step; see the module docstring).
+        copy: return tensors no later step changes (default), or the env's own buffers (``False``:
+            for a trainer that reads each step's results before the next step; see the module docstring).
         kernel: ``"auto"`` (default: ``fused`` where it can run), ``"ops"`` or ``"fused"``; see the
             module docstring. :attr:`kernel` and :attr:`kernel_reason` say which runs and why.
     """
@@ -255,7 +259,12 @@ class VectorSnake(VectorEnv):
         self._gen = torch.Generator(device=dev)
         self._occ = torch.zeros((n, c + 1), dtype=torch.bool, device=dev)  # last column: the wall
         self._ring = torch.zeros((n, c), **i64)  # body cells, head at _head_ptr
-        self._state = torch.zeros((STATE_ROWS, n), **i64)
+        # The int64, float32 and bool rows are one allocation, in that order, so the rows a step
+        # returns (the final counters, the last two state rows, then the floats and the flags)
+        # are one run of bytes: copy=True copies them with one memcpy (rlperf.env.outputs).
+        rows = torch.zeros(8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n + FLAG_ROWS * n, dtype=torch.uint8, device=dev)
+        floats_at, flags_at = 8 * STATE_ROWS * n, 8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n
+        self._state = rows[:floats_at].view(torch.int64).view(STATE_ROWS, n)
         self._head_ptr = self._state[PTR_ROW]
         self._length = self._state[LENGTH_ROW]
         self._head = self._state[HEAD_ROW]
@@ -266,11 +275,11 @@ class VectorSnake(VectorEnv):
         self._ep_score = self._state[EP_SCORE_ROW]
         self._final_len = self._state[FINAL_LEN_ROW]
         self._final_score = self._state[FINAL_SCORE_ROW]
-        self._floats = torch.zeros((FLOAT_ROWS, n), dtype=torch.float32, device=dev)
+        self._floats = rows[floats_at:flags_at].view(torch.float32).view(FLOAT_ROWS, n)
         self._ep_return = self._floats[EP_RETURN_ROW]
         self._final_return = self._floats[FINAL_RETURN_ROW]
         self._rewards = self._floats[REWARD_ROW]
-        self._flags = torch.zeros((FLAG_ROWS, n), dtype=torch.bool, device=dev)
+        self._flags = rows[flags_at:].view(torch.bool).view(FLAG_ROWS, n)
         self._terminated = self._flags[TERMINATED_ROW]
         self._truncated = self._flags[TRUNCATED_ROW]
         self._done = self._flags[DONE_ROW]
@@ -279,23 +288,30 @@ class VectorSnake(VectorEnv):
         self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]
         self._final_obs = self._obs_all[FINAL_OBS]
         self._obs_index = 0
+        self._last_set: OutputSet | None = None  # copy=True: the set the fused kernel last wrote into
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
         self._actions_shape = (n,)
-        # copy=True copies these four through numpy views of them, made once.
-        self._host_views = ({id(t): t.numpy() for t in (self._obs_all, self._floats, self._flags, self._state)}
-                            if dev.type == "cpu" else None)
+        # copy=True: output sets to copy a step's results into (pooled on the CPU).
+        if self.copy:
+            returned = 8 * FINAL_LEN_ROW * n  # the returned rows' first byte
+            counters, floats, flags = (floats_at - returned, flags_at - returned, rows.numel() - returned)
+            views = ((0, counters, torch.int64, 0), (0, counters, torch.int64, 1),  # steps, score
+                     *((counters, floats, torch.float32, row) for row in (REWARD_ROW, FINAL_RETURN_ROW)),
+                     *((floats, flags, torch.bool, row) for row in (TERMINATED_ROW, TRUNCATED_ROW, DONE_ROW)))
+            self._outputs = OutputPool(self._obs_all, rows[returned:], views)
         self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
         self._counter = 0
 
     def _bind_fused(self) -> None:
         """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory)."""
         n = self.num_envs
-        self._fused_arrays = (
-            self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(), self._flags.numpy(),
-            self._obs_all.numpy().reshape(3, n, -1), fused.cell_table(self.size), fused.scratch(n, self.size),
-            self.size, self.initial_length, self.hunger, self.obs_mode == "grid", self.flood_fill != "off",
-        )
+        # The observations are passed apart: with copy=True a step's go straight into its output set.
+        self._fused_state = (self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(),
+                             self._flags.numpy())
+        self._fused_obs = self._obs_all.numpy().reshape(3, n, -1)
+        self._fused_rest = (fused.cell_table(self.size), fused.scratch(n, self.size), self.size, self.initial_length,
+                            self.hunger, self.obs_mode == "grid", self.flood_fill != "off")
         self._no_draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
         # The kernel's threads follow torch's (run.threads sets both before the env is built).
         fused.numba.set_num_threads(max(1, min(torch.get_num_threads(), fused.numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
@@ -353,11 +369,19 @@ class VectorSnake(VectorEnv):
             return np.ascontiguousarray(array, dtype=np.float64)
         return torch.as_tensor(draws, dtype=torch.float64, device=self.device)
 
+    def _out_index(self) -> int:
+        """The observation buffer a reset or step writes: the two alternate for copy=False's
+        ``obs = next_obs`` hand-offs; copy=True returns copies, so it always takes slot 2 (its
+        ``final_obs`` next to it in slot 1: one block to copy)."""
+        return 1 if self.copy else self._obs_index ^ 1
+
     def _reset(self, draws: Any) -> tuple[torch.Tensor, dict]:
-        out_index = self._obs_index ^ 1
+        out_index = self._out_index()
+        self._last_set = None
         if self.kernel == "fused":
             injected = draws is not None
-            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index])
+            self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index],
+                             self._fused_obs)
         else:
             u = self._draws if draws is None else draws
             if draws is None:
@@ -376,21 +400,27 @@ class VectorSnake(VectorEnv):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         if self._needs_reset:
             raise ResetNeededError("VectorSnake.step() was called before reset()", hint="call env.reset(seed=...) first")
-        out_index = self._obs_index ^ 1
+        out_index = self._out_index()
+        # copy=True: an output set the caller no longer holds; the fused kernel writes the
+        # observations straight into it, the ops kernel's are copied (rlperf.env.outputs).
+        chosen = self._outputs.take() if self.copy else None
         if self.kernel == "fused":
             injected = draws is not None
+            obs = self._fused_obs if chosen is None else chosen.kernel_slots
             self._fused_step(self._actions_array(actions), draws if injected else self._no_draws, injected, False,
-                             OBS_SLOTS[out_index])
+                             OBS_SLOTS[out_index], obs)  # type: ignore[arg-type]
+            self._last_set = chosen
         else:
             self._step_ops(self._checked_actions(actions), draws, self._obs[out_index])
         self._obs_index = out_index
         self._counter += 1
-        return self._results(out_index)
+        return self._results(out_index, chosen)
 
-    def _results(self, out_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of fresh copies of
-        them -- four copies in all, whatever the number of tensors returned."""
-        if not self.copy:  # the row views made once in _allocate: no tensor op per step
+    def _results(self, out_index: int, chosen: OutputSet | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of the output set
+        ``chosen``, its rows (and the ops kernel's observations) copied in here."""
+        if chosen is None:  # copy=False: the row views made once in _allocate, no tensor op per step
             done = self._done
             infos = {
                 "final_obs": self._final_obs,
@@ -399,30 +429,20 @@ class VectorSnake(VectorEnv):
                 "_final_info": done,
             }
             return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
-        fresh = self._fresh
-        pair = fresh(self._obs_all, out_index, out_index + 2)  # slots 0-1 or 1-2: one block either way
-        obs, final_obs = (pair[0], pair[1]) if out_index == 0 else (pair[1], pair[0])
-        floats, flags = fresh(self._floats, 0, FLOAT_ROWS), fresh(self._flags, 0, FLAG_ROWS)
-        steps, score = fresh(self._state, FINAL_LEN_ROW, FINAL_SCORE_ROW + 1)
-        done = flags[DONE_ROW]
+        filled = self._outputs.fill(chosen, observations=self.kernel != "fused")  # the fused kernel wrote them
+        obs, final_obs, steps, score, reward, final_return, terminated, truncated, done = filled
         infos = {
             "final_obs": final_obs,
             "_final_obs": done,
-            "final_info": {"score": score, "steps": steps, "return": floats[FINAL_RETURN_ROW]},
+            "final_info": {"score": score, "steps": steps, "return": final_return},
             "_final_info": done,
         }
-        return obs, floats[REWARD_ROW], flags[TERMINATED_ROW], flags[TRUNCATED_ROW], infos
+        return obs, reward, terminated, truncated, infos
 
-    def _fresh(self, tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """A copy of ``tensor[start:stop]`` (through numpy views on the CPU: a third of a clone's fixed cost)."""
-        views = self._host_views
-        if views is not None:
-            return torch.from_numpy(views[id(tensor)][start:stop].copy())
-        return tensor[start:stop].clone()
-
-    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int) -> None:
+    def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int,
+                    obs: np.ndarray) -> None:
         bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
-                                *self._fused_arrays)
+                                *self._fused_state, obs, *self._fused_rest)
         if bad:
             raise self._invalid_action(actions[bad - 1], bad - 1)
 
@@ -614,13 +634,15 @@ class VectorSnake(VectorEnv):
         self._ep_score[index] = score
         self._ep_len[index] = steps
         self._ep_return[index] = float(score)
-        current = self._obs[self._obs_index]
-        self._observe(current)
+        self._last_set = None
+        self._observe(self._obs[self._obs_index])
         self._needs_reset = False
 
     @property
     def observations(self) -> torch.Tensor:
         """The most recent observation batch (what the last reset/step returned)."""
+        if self._last_set is not None:  # the fused kernel wrote it straight into a copy=True output set
+            return self._last_set.tensors[0]
         return self._obs[self._obs_index]
 
     _STATE_NAMES = ("_occ", "_ring", "_head_ptr", "_length", "_head", "_dir", "_fruit", "_hungry_for",
@@ -644,6 +666,7 @@ class VectorSnake(VectorEnv):
             if name.startswith("_"):
                 getattr(self, name).copy_(value.to(self.device))
         self._obs_index = 0
+        self._last_set = None
         self._obs[0].copy_(state["obs"].to(self.device))
         self._gen.set_state(state["generator"])
         key, self._counter = state.get("stream", (0, 0))
