@@ -29,6 +29,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+from rlperf.instruments import evidence
+
 TORCH_WINDOW = (10, 1, 5)
 """torch.profiler schedule over the script's steps: skip 10, warm up 1, record 5."""
 
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     report = Path(args.report)
     kind, name = _prepare_target(target)
     preimported = preimport(kind, name)
+    evidence.install(kind, name)
     from rlperf.instruments.profilers import CProfiler, GcMonitor
 
     profiler = CProfiler() if args.cprofile else None
@@ -186,6 +189,7 @@ def _write_report(report: Path, code: int, ended: str, wall: float, gc_monitor: 
         "timers": [external_record(t, status=ended) for t in timers],
         "loadavg_1m": os.getloadavg()[0],
         "preimported": preimported,
+        "evidence": evidence.collect(),
     }
     if window is not None:
         if window.profiler.recorded:
