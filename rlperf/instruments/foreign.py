@@ -489,10 +489,11 @@ def small_batch(ev: Evidence) -> Finding | None:
 
 
 def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
-                   keep: Callable[[int], float] = lambda n: 0.0, min_share: float = 0.0,
+                   keep: tuple[Callable[[int], float], str] | None = None, min_share: float = 0.0,
                    site: Callable[[Edge], bool] = lambda e: True) -> Finding | None:
     """The common form of a rule over library calls made from your code: their measured time is the
-    saving, less what the fix keeps (``keep(calls)`` of the time), charged to the costliest call site.
+    saving, less what the fix keeps (``keep``: the share kept as a function of the calls, and why),
+    charged to the costliest call site.
     ``min_share``: the share of the script the calls must hold (for patterns a clean loop can show in
     small doses); ``site``: which call sites count."""
     p = ev.p
@@ -503,16 +504,17 @@ def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, de
     if n < min_calls or not edges or seconds < min_share * p.total:
         return None
     top = _top(edges)
-    kept = keep(n)
+    kept = keep[0](n) if keep else 0.0
     where = p.where(top.caller, top.callee)
     sites = len({(e.caller, e.callee) for e in edges})
+    names = ", ".join(sorted({callee_name(e.callee) + "()" for e in edges}))
     return finding(
         finding_id,
-        f"{what}: {n:,} calls{_per_step(n, ev.steps)} from {sites} call site(s) in your code took {_share(p, seconds)}; "
-        f"the costliest, {where}, {seconds_short(top.seconds)}",
+        f"{what} ({names}): {n:,} calls{_per_step(n, ev.steps)} from {sites} call site(s) in your code took "
+        f"{_share(p, seconds)}; the costliest, {where}, {seconds_short(top.seconds)}",
         seconds * (1 - kept),
         f"the calls' measured {seconds_short(seconds)} (cProfile, at their call sites)"
-        + (f" × (1 − {kept:.2g}): what the fix keeps" if kept else ": the fix takes them out of the loop"),
+        + (f" × (1 − {kept:.2g}): {keep[1]}" if keep else ": the fix takes them out of the loop"),
         where=where, command=demo(finding_id))
 
 
@@ -524,7 +526,7 @@ def checkpointing(ev: Evidence) -> Finding | None:
     keys = (p.keys("save", "torch/serialization.py") + p.keys(builtin="_pickle.dump") + p.keys("dump", "pickle.py")
             + p.keys("save", "numpy/") + p.keys("savez", "numpy/") + p.keys("save_file", "safetensors/"))
     return _calls_charged(ev, "checkpointing", keys, "torch.save / pickle / np.save", depth=1, min_calls=3,
-                          keep=lambda n: 1 / n)
+                          keep=(lambda n: 1 / n, "one save kept, at the end"))
 
 
 def rendering(ev: Evidence) -> Finding | None:
@@ -642,6 +644,11 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         f"about a tenth", where=p.where(fn, draw), command=demo("replay_sampling"))
 
 
+def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
+    """Calls made in a loop over items: many per call of the caller, and many per step."""
+    return e.calls / max(1, p.calls(e.caller)) >= 16 and (steps is None or e.calls / steps[0] >= 16)
+
+
 _TRANSFERS = ("to", "cpu", "cuda", "numpy", "pin_memory")
 
 
@@ -654,7 +661,7 @@ def device_transfer(ev: Evidence) -> Finding | None:
     keys += [k for k in p.raw if k[0] == "~" and "'Tensor'" in k[2] and "new" in k[2]]
     # A per-item loop of host copies is host_copy's; what is left is copies per step.
     return _calls_charged(ev, "device_transfer", keys, "tensor conversions and device copies",
-                          min_share=0.1, site=lambda e: e.calls / max(1, p.calls(e.caller)) < 16)
+                          min_share=0.1, site=lambda e: not _per_item(p, e, ev.steps))
 
 
 def gc_pauses(ev: Evidence) -> Finding | None:
@@ -744,7 +751,7 @@ def env_backend(ev: Evidence) -> Finding | None:
         # Several single-env steps per iteration of the loop: per call of a vector env, or of a helper
         # called every iteration, or (the loop itself, called once) per step the phase timer counted.
         per_iteration = inner / calls if "sync_vector_env" in fn[0] or calls >= 2 else (inner / timed if timed else 0)
-        if not calls or per_iteration < 4 or cum < 0.2 * p.total:
+        if not calls or per_iteration < 4 or cum < 0.1 * p.total:
             continue
         if best is None or cum > best[2]:
             best = (fn, per_iteration, cum)
@@ -771,7 +778,7 @@ def env_backend(ev: Evidence) -> Finding | None:
 _WORDS = {
     "preprocessing": ("obs", "observation", "frame", "pixel", "image", "img", "gray", "grey", "resize", "downsample",
                       "preprocess", "normalize", "normalise", "crop", "one_hot", "onehot", "encode", "action", "state"),
-    "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty", "return"),
+    "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
 }
 _ENV_METHODS = ("step", "reset", "__init__", "render")
 
@@ -802,12 +809,12 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         loops = p.sources.loops(fn)
         if not loops:
             continue
-        # The function's own Python time, with its comprehensions and the builtins it calls in the loop,
-        # not the networks, updates or your other functions it calls.
-        own = p.tottime(fn) + sum(ct for k, _, ct in p.callees.get(fn, [])
-                                  if (k[0] == "~" or k[2].startswith("<")) and k not in heavy)
+        # The function's own Python time: its bytecode, its comprehensions' and the builtins both call,
+        # not the networks, updates or your other functions they call.
+        comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
+        own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
+            ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, []) if k[0] == "~" and k not in heavy)
         if fn == holder:
-            own = p.tottime(fn) + sum(ct for k, _, ct in p.callees.get(fn, []) if k[2].startswith("<listcomp"))
             loops = [lp for lp in loops if lp[0] >= 2]  # inside the main loop
             if not loops:
                 continue
