@@ -139,19 +139,19 @@ def test_rendering_in_the_loop_is_named_at_the_render_call(tmp_path: Path) -> No
     check_first(*advise(tmp_path, body), "rendering")
 
 
-def test_per_pixel_preprocessing_is_named_at_its_inner_loop(tmp_path: Path) -> None:
+def test_per_pixel_preprocessing_is_named_where_the_loop_calls_it(tmp_path: Path) -> None:
     body = """
     def preprocess(frame):
         out = np.zeros((24, 24), np.float32)
         for y in range(24):
-            for x in range(24):  # planted
+            for x in range(24):
                 out[y, x] = frame[2 * y, 2 * x].mean() / 255.0
         return out
 
     env = Env()
     for t in range(60):
         env.step(None)
-        preprocess(np.ones((48, 48, 3)))
+        preprocess(np.ones((48, 48, 3)))  # planted
     """
     check_first(*advise(tmp_path, body), "preprocessing")
 
@@ -161,14 +161,14 @@ def test_reward_shaping_in_a_python_loop_is_named(tmp_path: Path) -> None:
     def shaped_reward(state, reward):
         shaped = reward.copy()
         for i in range(len(state)):
-            for j in range(8):  # planted
+            for j in range(8):
                 shaped[i] += 0.01 * abs(float(state[i, j])) - 0.001
         return shaped
 
     env = Env(64)
     for t in range(60):
         state, reward, done = env.step(None)
-        shaped_reward(state, reward)
+        shaped_reward(state, reward)  # planted
     """
     check_first(*advise(tmp_path, body), "reward_shaping")
 
@@ -277,10 +277,10 @@ def test_a_hot_spot_no_rule_knows_is_never_a_clean_bill(tmp_path: Path) -> None:
         env.step(None)
         mystery(t)  # planted
     """
-    findings, _, _ = advise(tmp_path, body)
+    findings, _, planted = advise(tmp_path, body)
     assert [f.id for f in findings] == ["hot_spot"], [(f.id, f.where) for f in findings]
     f = findings[0]
-    assert f.where.startswith("train.py:") and "(mystery)" in f.where and "of the script" in f.evidence
+    assert f.where == f"train.py:{planted} (<module>)" and "your function mystery" in f.evidence
     assert f.est_saving_s is None and "at most" in f.estimate
 
 
@@ -304,3 +304,39 @@ def test_the_catalogue_covers_the_checklist_with_sections_and_references() -> No
 def test_every_catalogue_entry_reads_as_a_sentence(finding_id: str) -> None:
     b = CATALOGUE[finding_id]
     assert b.title and b.cost and b.fix and b.expected_gain and not b.fix.endswith(".")
+
+
+def test_an_env_built_every_episode_is_an_env_reset_at_the_construction(tmp_path: Path) -> None:
+    body = """
+    class Built(Env):
+        def __init__(self, n=16):
+            super().__init__(n)
+            self.table = np.linalg.inv(np.eye(120) + 0.01)
+
+    for episode in range(40):
+        env = Built()  # planted
+        env.reset()
+        for t in range(5):
+            env.step(None)
+    """
+    check_first(*advise(tmp_path, body), "env_reset")
+
+
+def test_one_sample_forwards_through_a_helper_point_at_the_loop_over_samples(tmp_path: Path) -> None:
+    body = """
+    import torch
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+
+    def policy(x):
+        return net(x).argmax(-1)
+
+    env = Env(32)
+    obs = torch.from_numpy(env.reset())
+    for t in range(60):
+        actions = []
+        with torch.no_grad():
+            for i in range(32):
+                actions.append(policy(obs[i : i + 1]))  # planted
+        obs = torch.from_numpy(env.step(actions)[0])
+    """
+    check_first(*advise(tmp_path, body), "small_batch")

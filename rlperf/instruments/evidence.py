@@ -30,11 +30,12 @@ BENCH_BUDGET_S = 1.0
 class Site:
     """One line of your code that calls a module."""
 
-    __slots__ = ("args", "backward_reached", "batch", "calls", "file", "function", "grad_calls", "grad_seconds",
+    __slots__ = ("args", "backward_reached", "batch", "calls", "chain", "file", "function", "grad_calls", "grad_seconds",
                  "line", "module", "seconds")
 
     def __init__(self, file: str, line: int, function: str) -> None:
         self.file, self.line, self.function = file, line, function
+        self.chain: list[tuple[str, int, str]] = []  # your frames above this line, innermost first
         self.calls = self.grad_calls = self.backward_reached = 0
         self.seconds = self.grad_seconds = 0.0
         self.batch: int | None = None
@@ -44,7 +45,7 @@ class Site:
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "calls": self.calls,
                 "grad_calls": self.grad_calls, "backward_reached": self.backward_reached, "seconds": self.seconds,
-                "grad_seconds": self.grad_seconds, "batch": self.batch}
+                "grad_seconds": self.grad_seconds, "batch": self.batch, "chain": [list(f) for f in self.chain]}
 
 
 class Forwards:
@@ -77,9 +78,21 @@ class Forwards:
                 site = self.sites.get(key)
                 if site is None:
                     site = self.sites[key] = Site(code.co_filename, frame.f_lineno, code.co_name)
+                    site.chain = self._chain(frame.f_back)
                 return site
             frame = frame.f_back
         return None
+
+    def _chain(self, frame: Any, depth: int = 4) -> list[tuple[str, int, str]]:
+        """Your frames above a call site (the first time it is seen): where the loop calls it."""
+        chain: list[tuple[str, int, str]] = []
+        for _ in range(16):
+            if frame is None or len(chain) >= depth:
+                break
+            if self.is_user(frame.f_code.co_filename):
+                chain.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back
+        return chain
 
     def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
         if self.stack:  # a submodule of a module already being called

@@ -146,6 +146,51 @@ class Sources:
         visit(node, 0)
         return sorted(found, key=lambda t: (-t[0], t[1]))
 
+    def class_of(self, key: Key) -> str | None:
+        """The class whose method ``key`` is (for ``__init__``: the name a construction calls)."""
+        tree = self.tree(key[0])
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == key[2]
+                    and key[1] in (f.lineno, min([f.lineno, *(d.lineno for d in f.decorator_list)])) for f in node.body):
+                return node.name
+        return None
+
+    def methods(self, key: Key) -> set[str]:
+        """The method names of the class whose method ``key`` is, with those it inherits from classes in
+        the same file; a gymnasium ``Env`` subclass has ``step`` and ``reset`` (empty for a plain function)."""
+        tree = self.tree(key[0])
+        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)} if tree is not None else {}
+        found: set[str] = set()
+        todo, seen = [self.class_of(key)], set()
+        while todo:
+            name = todo.pop()
+            if name is None or name in seen:
+                continue
+            seen.add(name)
+            if name == "Env" and name not in classes:
+                found |= {"step", "reset"}
+                continue
+            node = classes.get(name)
+            if node is None:
+                continue
+            found |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            todo += [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+                     for b in node.bases]
+        return found
+
+    def enclosing_loop(self, file: str, line: int) -> int | None:
+        """The line of the innermost loop whose body holds ``line`` (comprehensions count), or None."""
+        tree = self.tree(file)
+        best = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, _LOOPS) and node.end_lineno is not None:
+                inside = node.lineno < line <= node.end_lineno or (
+                    not isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno <= line <= node.end_lineno)
+                if inside and (best is None or node.lineno >= best):
+                    best = node.lineno
+        return best
+
     def text(self, key: Key) -> str:
         node = self.function(key)
         if node is None or key[0] not in self.texts:
@@ -178,6 +223,7 @@ class ScriptProfile:
         total = calls.total_s or sum(v[2] for v in self.raw.values())
         importing = sum(v[3] for k, v in self.raw.items() if k[2] == "_find_and_load" and "importlib" in k[0])
         self.total = max(total - importing, 1e-9)
+        self._holder: Key | None = None
         self.callees: dict[Key, list[tuple[Key, int, float]]] = defaultdict(list)
         for key, (_cc, _nc, _tt, _ct, callers) in self.raw.items():
             for caller, (_ccc, nc, _ttt, ct) in callers.items():
@@ -241,17 +287,61 @@ class ScriptProfile:
 
     def where(self, caller: Key, callee: Key | Iterable[str] | None = None) -> str:
         """``train.py:42 (push)``: the line in ``caller`` that calls ``callee`` (a key or names)."""
-        line = caller[1]
-        if callee is not None:
-            names = [callee_name(callee)] if isinstance(callee, tuple) else list(callee)
-            lines = self.sources.call_lines(caller, names)
-            line = lines[0] if lines else line
+        line = self.line(caller, callee)
+        return f"{short_file(caller[0])}:{line} ({caller[2]})"
+
+    def line(self, caller: Key, callee: Key | Iterable[str] | None = None) -> int:
+        """The line in ``caller`` that calls ``callee`` (its def line when the source does not say)."""
+        if isinstance(callee, tuple) and callee[0] == caller[0] and callee[2].startswith("<"):
+            return callee[1]  # a comprehension or lambda: the line it is on
+        if callee is None:
+            return caller[1]
+        if isinstance(callee, tuple):
+            names = [callee_name(callee)]
+            if callee[2] == "__init__":
+                names.append(self.sources.class_of(callee) or "__init__")
+        else:
+            names = list(callee)
+        lines = self.sources.call_lines(caller, names)
+        return lines[0] if lines else caller[1]
+
+    def loop_site(self, fn: Key) -> tuple[Key, int]:
+        """Where the loop calls your function ``fn`` (through your other functions): the loop's function
+        and the line; ``fn`` and its def line when it holds the loop itself."""
+        holder = self.loop_holder()
+        child, current, seen = fn, fn, {fn}
+        for _ in range(8):
+            if current == holder:
+                break
+            callers = [(c, v[3]) for c, v in self.raw.get(current, (0, 0, 0, 0, {}))[4].items()
+                       if self.is_user(c) and c not in seen]
+            if not callers:
+                break
+            child, current = current, max(callers, key=lambda t: t[1])[0]
+            seen.add(current)
+        if current == fn:
+            return fn, fn[1]
+        return current, self.line(current, child)
+
+    def loop_where(self, fn: Key) -> str:
+        """``train.py:149 (main)``: the line of the loop that calls ``fn``."""
+        caller, line = self.loop_site(fn)
         return f"{short_file(caller[0])}:{line} ({caller[2]})"
 
     def loop_holder(self) -> Key | None:
-        """Your function that holds the loop: the one with the most time (``main``, ``train``, ``<module>``)."""
-        mine = [k for k in self.raw if self.is_user(k)]
-        return max(mine, key=self.cumtime, default=None)
+        """Your function that holds the loop (``main``, ``Trainer.train``, ``<module>``): from the one with
+        the most time, down through functions called once or twice that hold most of their caller's."""
+        if self._holder is None:
+            current = max((k for k in self.raw if self.is_user(k)), key=self.cumtime, default=None)
+            while current is not None:
+                kids = [(k, ct) for k, _, ct in self.callees.get(current, [])
+                        if self.is_user(k) and self.calls(k) <= 2 and not k[2].startswith("<")]
+                best = max(kids, key=lambda t: t[1], default=None)
+                if best is None or best[1] < 0.5 * self.cumtime(current):
+                    break
+                current = best[0]
+            self._holder = current
+        return self._holder
 
 
 def script_steps(record: Mapping[str, Any], calls: CallStats | None) -> tuple[int, str] | None:
@@ -375,14 +465,17 @@ def update_ratio(ev: Evidence) -> Finding | None:
         return None
     update_fn = max(callers, key=lambda k: _total(callers[k])[0])
     # The call site: where the loop calls the update (the update function itself when it holds the loop).
-    sites = [e for e in p.edges([update_fn]) if e.caller != update_fn]
-    site = _top(sites) if sites else Edge(update_fn, update_fn, p.calls(update_fn), p.cumtime(update_fn))
-    charged = site.seconds
-    where = p.where(site.caller, update_fn) if sites else p.where(update_fn, ["backward"])
+    # The offending line is the loop that repeats the update: the innermost loop around its call.
+    holder, call = p.loop_site(update_fn)
+    if holder == update_fn:
+        call = p.line(update_fn, ["backward"])
+    line = p.sources.enclosing_loop(holder[0], call) or call
+    where = f"{short_file(holder[0])}:{line} ({holder[2]})"
+    charged = p.cumtime(update_fn)
     return finding(
         "update_ratio",
         f"{updates:,} optimizer steps over {steps[0]:,} env steps ({steps[1]}): {ratio:.1f} per env step; the updates "
-        f"called from {where} took {_share(p, charged)}",
+        f"({update_fn[2]}, repeated by the loop at {where}) took {_share(p, charged)}",
         charged * (1 - 1 / ratio),
         f"the updates' measured {seconds_short(charged)} × (1 − 1/{ratio:.1f}): their cost per update, one update "
         f"per env step", where=where, command=demo("update_ratio"), fix=f"1 update per env step instead of {ratio:.0f}")
@@ -476,6 +569,7 @@ def small_batch(ev: Evidence) -> Finding | None:
     if best is None:
         return None
     site, saving, per_step = best
+    where = _per_sample_loop(ev, site)
     bench = site.get("batch_bench") or {}
     estimate = (f"the forwards' measured {seconds_short(site['seconds'])} × (1 − {_time(bench['fast_s'])} / "
                 f"{_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
@@ -485,7 +579,18 @@ def small_batch(ev: Evidence) -> Finding | None:
     return finding(
         "small_batch",
         f"{_site_where(site)} ran a module on one sample at a time {site['calls']:,} times{often}; the forwards took "
-        f"{seconds_short(site['seconds'])}", saving, estimate, where=_site_where(site))
+        f"{seconds_short(site['seconds'])}", saving, estimate, where=where)
+
+
+def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> str:
+    """The line that loops over samples: the call site itself, or the first of your frames above it
+    whose line is inside a loop (a helper called once per sample)."""
+    if ev.p is None:
+        return _site_where(site)
+    for file, line, function in [(site["file"], site["line"], site["function"]), *(site.get("chain") or [])]:
+        if ev.p.sources.enclosing_loop(file, line) is not None:
+            return f"{short_file(file)}:{line} ({function})"
+    return _site_where(site)
 
 
 def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
@@ -549,6 +654,7 @@ def env_reset(ev: Evidence) -> Finding | None:
     keys = [k for k in p.keys("reset") if not any(s in k[0].replace(os.sep, "/") for s in ("torch/", "/optim", "wrappers/"))]
     keys += p.keys("make", "gymnasium/envs/registration.py") + p.keys("make", "gym/envs/registration.py")
     keys += p.keys("make_vec", "gymnasium/")
+    keys += [k for k in p.keys("__init__") if p.is_user(k) and {"step", "reset"} <= p.sources.methods(k)]
     # Envs made while building the vector env (a lambda, a constructor) are set-up, not the loop.
     return _calls_charged(ev, "env_reset", keys, "env reset() / make() calls", min_calls=10, min_share=0.1,
                           site=lambda e: e.caller[2] not in ("<lambda>", "__init__"))
@@ -633,15 +739,14 @@ def replay_sampling(ev: Evidence) -> Finding | None:
     if best is None:
         return None
     fn, draw = best
-    sites = [e for e in p.edges([fn]) if e.caller != fn]
-    cum = _total(sites)[1] if sites else p.cumtime(fn)
+    cum = p.cumtime(fn)
     return finding(
         "replay_sampling",
-        f"{p.where(fn, draw)} draws the batch in Python and builds it element by element (a comprehension or loop, then "
-        f"an array per field), {p.calls(fn):,} calls, {_share(p, cum)}",
+        f"{fn[2]} ({p.where(fn, draw)}) draws the batch in Python and builds it element by element (a comprehension or "
+        f"loop, then an array per field), {p.calls(fn):,} calls, {_share(p, cum)}",
         cum * 0.9,
         f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
-        f"about a tenth", where=p.where(fn, draw), command=demo("replay_sampling"))
+        f"about a tenth", where=p.loop_where(fn), command=demo("replay_sampling"))
 
 
 def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
@@ -824,10 +929,11 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
         if kind is None:
             continue
-        where = f"{short_file(fn[0])}:{line} ({fn[2]})"
+        inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
+        where = inner if fn == holder else p.loop_where(fn)
         loops_found.append(finding(
             kind,
-            f"{where}: a Python loop (nested {depth} deep) over elements, {percent_short(own / p.total)} of the script in "
+            f"{inner}: a Python loop (nested {depth} deep) over elements, {percent_short(own / p.total)} of the script in "
             f"the function's own Python time ({seconds_short(own)}, cProfile)",
             own * 0.9,
             f"the loop's measured Python time {seconds_short(own)} × 0.9: one array operation over the batch keeps "
@@ -852,8 +958,8 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         cum = _total(sites)[1] if sites else p.cumtime(fn)
         if cum >= HOT_SHARE * p.total and (best is None or cum > best[1]):
             kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
-            where = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
-            best = (where, cum, f"your function {fn[2]}")
+            inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
+            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
         if e.callee[2] in _ENV_METHODS or e.callee[2].startswith("<") or p.subtree(e.callee) & expected:
             continue
