@@ -340,3 +340,29 @@ def test_one_sample_forwards_through_a_helper_point_at_the_loop_over_samples(tmp
         obs = torch.from_numpy(env.step(actions)[0])
     """
     check_first(*advise(tmp_path, body), "small_batch")
+
+
+def test_a_function_called_under_another_name_is_found_at_its_call(tmp_path: Path) -> None:
+    body = """
+    def bonus_loops(state):
+        total = 0.0
+        for row in state:
+            for value in row:
+                total += 0.01 * abs(float(value))
+        return total
+
+    def bonus_fast(state):
+        return 0.01 * float(np.abs(state).sum())
+
+    def main(fixed=False):
+        bonus = bonus_fast if fixed else bonus_loops
+        env = Env(64)
+        shaped = bonus(env.reset())
+        for t in range(60):
+            state, reward, done = env.step(None)
+            shaped = reward + bonus(state)  # planted
+        return shaped
+
+    main()
+    """
+    check_first(*advise(tmp_path, body), "reward_shaping")

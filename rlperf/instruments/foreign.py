@@ -73,6 +73,17 @@ def short_file(file: str) -> str:
 _LOOPS = (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+def _assigned_names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds: ``x``, ``self.x`` -> ``x``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Attribute):
+        return [target.attr]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _assigned_names(t)]
+    return []
+
+
 class Sources:
     """Your files parsed once: the function a cProfile key names, and the lines of calls inside it."""
 
@@ -101,7 +112,7 @@ class Sources:
                     return node
         return None
 
-    def call_lines(self, key: Key, names: Iterable[str]) -> list[int]:
+    def call_lines(self, key: Key, names: Iterable[str], tried: frozenset[str] = frozenset()) -> list[int]:
         """Lines in ``key``'s function that call any of ``names`` (as ``name(...)`` or ``x.name(...)``),
         those inside a loop first."""
         if key[2].startswith("<") and key[2] != "<module>":  # a comprehension or lambda: its own line
@@ -110,10 +121,9 @@ class Sources:
         if node is None:
             return []
         wanted = set(names)
-        inside: list[int] = []
-        outside: list[int] = []
+        found: list[tuple[int, int]] = []  # (loop depth, line)
 
-        def visit(n: ast.AST, looped: bool) -> None:
+        def visit(n: ast.AST, depth: int) -> None:
             for child in ast.iter_child_nodes(n):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
                     continue
@@ -121,11 +131,18 @@ class Sources:
                     f = child.func
                     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
                     if name in wanted:
-                        (inside if looped else outside).append(child.lineno)
-                visit(child, looped or isinstance(child, _LOOPS))
+                        found.append((depth, child.lineno))
+                visit(child, depth + isinstance(child, _LOOPS))
 
-        visit(node, False)
-        return sorted(inside) + sorted(outside)
+        visit(node, 0)
+        if not found:  # called under another name: ``step = fast_step if fixed else slow_step``
+            aliases = {target for a in ast.walk(node) if isinstance(a, ast.Assign)
+                       and any(isinstance(v, ast.Name) and v.id in wanted for v in ast.walk(a.value))
+                       for t in a.targets for target in _assigned_names(t)} - wanted - tried
+            if aliases:
+                return self.call_lines(key, aliases, tried | wanted)
+        # The most deeply looped call first: the loop's step is the innermost loop.
+        return [line for _, line in sorted(found, key=lambda t: (-t[0], t[1]))]
 
     def loops(self, key: Key) -> list[tuple[int, int, str]]:
         """The loops in ``key``'s function: (nesting depth, line, source text), deepest first."""

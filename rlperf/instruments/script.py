@@ -213,7 +213,8 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     if skipped:
         section["py_spy"] = {"skipped": skipped}
     calls = _script_calls(run_dir, target) if options.cprofile else None
-    findings = advise_script(record, calls, child["gc"], script_steps(record, calls), child.get("evidence"))
+    section["evidence"] = child.get("evidence") or {}  # the forward hooks' figures and cProfile's cost per call
+    findings = advise_script(record, calls, child["gc"], script_steps(record, calls), section["evidence"])
     # Savings are shares of the script's own work: its profiled time without imports.
     worked = ScriptProfile(calls).total if calls is not None else child["wall_s"]
     section["advisor"] = {"findings": [f.as_dict() for f in findings],
