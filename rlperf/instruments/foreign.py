@@ -437,7 +437,7 @@ def host_copy(ev: Evidence) -> Finding | None:
         return None
     best = None
     for caller, edges in _by_caller(p.edges(_tensor_methods(p, HOST_COPIES))).items():
-        n, seconds = _total(edges)
+        n, _ = _total(edges)
         calls = p.calls(caller)
         # A loop over items: many copies per call of the function, and (when the steps are known) per
         # step too -- the loop function itself makes one copy per step in a single call.
@@ -447,10 +447,16 @@ def host_copy(ev: Evidence) -> Finding | None:
         # The loop costs the copies and the Python around them: the function's own time, shared
         # among the calls it makes in proportion to the copies' number.
         # A helper called each step (push) is the loop: its time. The loop's holder (main) is not: the
-        # copies, and its own time shared among the calls it makes in proportion to the copies' number.
-        made = sum(nc for _, nc, _ in p.callees.get(caller, [])) or n
-        charged = p.cumtime(caller) if caller != p.loop_holder() else min(
-            p.cumtime(caller), seconds + p.tottime(caller) * n / made)
+        # calls it makes per item (the copies, and what they feed: an add per item, an array per
+        # field), and its own time shared among its calls in proportion to theirs.
+        if caller != p.loop_holder():
+            charged = p.cumtime(caller)
+        else:
+            kids = p.callees.get(caller, [])
+            per_item = [(nc, ct) for k, nc, ct in kids if nc >= 0.5 * n / len(edges)]
+            made = sum(nc for _, nc, _ in kids) or n
+            item_calls, item_s = sum(nc for nc, _ in per_item), sum(ct for _, ct in per_item)
+            charged = min(p.cumtime(caller), item_s + p.tottime(caller) * item_calls / made)
         if best is None or charged > best[1]:
             best = (caller, charged, edges, n)
     if best is None:
@@ -465,7 +471,7 @@ def host_copy(ev: Evidence) -> Finding | None:
         f"{per_call:,.0f} host copies per call{_per_step(n, steps)}; the copies and the loop around them took "
         f"{_share(p, charged)}",
         saving,
-        f"the copies' own time and their share of {caller[2]}'s own time, {seconds_short(charged)} (cProfile), × "
+        f"the per-item calls' own time and their share of {caller[2]}'s own time, {seconds_short(charged)} (cProfile), × "
         f"(1 − 1/{per_call:,.0f}): one batched copy instead of {per_call:,.0f}",
         where=p.where(caller, [callee_name(e.callee) for e in edges]), command=demo("host_copy"))
 
@@ -611,13 +617,14 @@ def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> str:
 
 
 def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
-                   keep: tuple[Callable[[int], float], str] | None = None, min_share: float = 0.0,
+                   keep: tuple[Callable[[int], float], str] | None = None, min_share: float = 0.1,
                    site: Callable[[Edge], bool] = lambda e: True) -> Finding | None:
     """The common form of a rule over library calls made from your code: their measured time is the
     saving, less what the fix keeps (``keep``: the share kept as a function of the calls, and why),
     charged to the costliest call site.
-    ``min_share``: the share of the script the calls must hold (for patterns a clean loop can show in
-    small doses); ``site``: which call sites count."""
+    ``min_share``: the share of the script the calls must hold (a clean loop makes the same calls in
+    small doses: a render every few hundred episodes, a checkpoint at the end); ``site``: which call
+    sites count."""
     p = ev.p
     if p is None:
         return None
@@ -873,7 +880,7 @@ def env_backend(ev: Evidence) -> Finding | None:
         # Several single-env steps per iteration of the loop: per call of a vector env, or of a helper
         # called every iteration, or (the loop itself, called once) per step the phase timer counted.
         per_iteration = inner / calls if "sync_vector_env" in fn[0] or calls >= 2 else (inner / timed if timed else 0)
-        if not calls or per_iteration < 4 or cum < 0.1 * p.total:
+        if not calls or per_iteration < 4 or cum < 0.3 * p.total:
             continue
         if best is None or cum > best[2]:
             best = (fn, per_iteration, cum)
@@ -940,7 +947,8 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             loops = [lp for lp in loops if lp[0] >= 2]  # inside the main loop
             if not loops:
                 continue
-        if own < 0.1 * p.total or (fn[2] in _ENV_METHODS and own < 0.4 * p.total):
+        # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
+        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.1) * p.total:
             continue
         depth, line, text = loops[0]
         kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
@@ -948,6 +956,8 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             continue
         inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
         where = inner if fn == holder else p.loop_where(fn)
+        if any(f.where == where for f in found):
+            continue  # the call another rule named (a render() drawing pixel by pixel is rendering)
         loops_found.append(finding(
             kind,
             f"{inner}: a Python loop (nested {depth} deep) over elements, {percent_short(own / p.total)} of the script in "
