@@ -592,9 +592,11 @@ def small_batch(ev: Evidence) -> Finding | None:
     if best is None:
         return None
     site, saving, per_step = best
-    where = _per_sample_loop(ev, site)
+    where, seconds = _per_sample_loop(ev, site)
     bench = site.get("batch_bench") or {}
-    estimate = (f"the forwards' measured {seconds_short(site['seconds'])} × (1 − {_time(bench['fast_s'])} / "
+    if seconds > site["seconds"] and saving is not None:  # the helper called per sample, not only its forward
+        saving = _bench_saving(seconds, bench)
+    estimate = (f"the per-sample calls' measured {seconds_short(seconds)} × (1 − {_time(bench['fast_s'])} / "
                 f"{_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
                 f"of one, the same module micro-benchmarked after the script" if saving is not None else
                 f"not measured ({bench.get('error', 'no micro-benchmark')})")
@@ -605,15 +607,25 @@ def small_batch(ev: Evidence) -> Finding | None:
         f"{seconds_short(site['seconds'])}", saving, estimate, where=where)
 
 
-def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> str:
-    """The line that loops over samples: the call site itself, or the first of your frames above it
-    whose line is inside a loop (a helper called once per sample)."""
-    if ev.p is None:
-        return _site_where(site)
-    for file, line, function in [(site["file"], site["line"], site["function"]), *(site.get("chain") or [])]:
-        if ev.p.sources.enclosing_loop(file, line) is not None:
-            return f"{short_file(file)}:{line} ({function})"
-    return _site_where(site)
+def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> tuple[str, float]:
+    """The line that loops over samples -- the call site itself, or the first of your frames above it
+    whose line is inside a loop (a helper called once per sample) -- and the time of those calls
+    (cProfile's time of the helper called from there; the forwards' own time at the call site)."""
+    p = ev.p
+    if p is None:
+        return _site_where(site), site["seconds"]
+    frames = [(site["file"], site["line"], site["function"]), *(site.get("chain") or [])]
+    for i, (file, line, function) in enumerate(frames):
+        if p.sources.enclosing_loop(file, line) is None:
+            continue
+        seconds = site["seconds"]
+        if i > 0:  # the helper (the frame below) as called from this function
+            inner = frames[i - 1]
+            for key in p.keys(inner[2]):
+                if key[0] == inner[0]:
+                    seconds = max(seconds, sum(v[3] for c, v in p.raw[key][4].items() if c[0] == file and c[2] == function))
+        return f"{short_file(file)}:{line} ({function})", seconds
+    return _site_where(site), site["seconds"]
 
 
 def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
@@ -634,13 +646,14 @@ def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, de
         return None
     top = _top(edges)
     kept = keep[0](n) if keep else 0.0
-    where = p.where(top.caller, top.callee)
+    # The offending line is in the loop: the call itself, or the loop's call of your function that makes it.
+    where = p.where(top.caller, top.callee) if top.caller == p.loop_holder() else p.loop_where(top.caller)
     sites = len({(e.caller, e.callee) for e in edges})
     names = ", ".join(sorted({callee_name(e.callee) + "()" for e in edges}))
     return finding(
         finding_id,
         f"{what} ({names}): {n:,} calls{_per_step(n, ev.steps)} from {sites} call site(s) in your code took "
-        f"{_share(p, seconds)}; the costliest, {where}, {seconds_short(top.seconds)}",
+        f"{_share(p, seconds)}; the costliest, {p.where(top.caller, top.callee)}, {seconds_short(top.seconds)}",
         seconds * (1 - kept),
         f"the calls' measured {seconds_short(seconds)} (cProfile, at their call sites)"
         + (f" × (1 − {kept:.2g}): {keep[1]}" if keep else ": the fix takes them out of the loop"),
@@ -944,7 +957,9 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
             ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, []) if k[0] == "~" and k not in heavy)
         if fn == holder:
-            loops = [lp for lp in loops if lp[0] >= 2]  # inside the main loop
+            # Loops over elements inside the step loop, itself often inside an episode loop: the body of
+            # an episode loop over steps is the script's own work, not a loop over elements.
+            loops = [lp for lp in loops if lp[0] >= 3]
             if not loops:
                 continue
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
