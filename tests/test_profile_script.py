@@ -43,7 +43,7 @@ PLANTED = [
     ("many_updates.py", "§3", "common.py:", "(run)"),
     ("hard_copy.py", "§7", "hard_copy.py:", "(copy_target)"),
     ("print_every_step.py", "§9", "print_every_step.py:", "(act_and_report)"),
-    ("python_sample.py", "§2", "python_sample.py:", "(sample)"),
+    ("python_sample.py", "§2", "common.py:", "(run)"),
     ("autograd_act.py", "§8", "autograd_act.py:", "(act_with_grad)"),
     ("sync_vector.py", "§5", None, None),
     ("gc_pauses.py", "§13", None, None),

@@ -1003,7 +1003,9 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
             inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
-        if e.callee[2] in _ENV_METHODS or e.callee[2].startswith("<") or p.subtree(e.callee) & expected:
+        # The env's own step and the networks' passes are the loop's expected work, not a hot spot.
+        if (e.callee[2] in _ENV_METHODS or e.caller[2] in _ENV_METHODS or e.callee[2].startswith("<")
+                or p.subtree(e.callee) & expected):
             continue
         if e.seconds >= HOT_SHARE * p.total and (best is None or e.seconds > best[1]):
             best = (p.where(e.caller, e.callee), e.seconds, f"the library call {callee_name(e.callee)}()")
