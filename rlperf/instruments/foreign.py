@@ -375,7 +375,13 @@ def script_steps(record: Mapping[str, Any], calls: CallStats | None) -> tuple[in
         if most:
             return most, basis
     most = max((p.calls(k) for k in p.keys("step") if p.is_user(k)), default=0)
-    return (most, "calls of your step method") if most else None
+    if most:
+        return most, "calls of your step method"
+    # A functional env: your function that steps it (env_step, step_env), not an update's step.
+    stepping = [k for k in p.raw if p.is_user(k) and "step" in k[2].lower()
+                and not any(w in k[2].lower() for w in ("train", "update", "optim", "learn", "grad"))]
+    most = max((p.calls(k) for k in stepping), default=0)
+    return (most, f"calls of {max(stepping, key=p.calls)[2]}") if most else None
 
 
 def _optimizer_steps(p: ScriptProfile) -> int:
@@ -646,8 +652,10 @@ def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, de
         return None
     top = _top(edges)
     kept = keep[0](n) if keep else 0.0
-    # The offending line is in the loop: the call itself, or the loop's call of your function that makes it.
-    where = p.where(top.caller, top.callee) if top.caller == p.loop_holder() else p.loop_where(top.caller)
+    # The offending line is in the loop: the call itself when a loop is around it, else the loop's call
+    # of your function that makes it (a save() helper called every step).
+    looped = p.sources.enclosing_loop(top.caller[0], p.line(top.caller, top.callee)) is not None
+    where = p.where(top.caller, top.callee) if looped or top.caller == p.loop_holder() else p.loop_where(top.caller)
     sites = len({(e.caller, e.callee) for e in edges})
     names = ", ".join(sorted({callee_name(e.callee) + "()" for e in edges}))
     return finding(
@@ -919,7 +927,7 @@ def env_backend(ev: Evidence) -> Finding | None:
 
 _WORDS = {
     "preprocessing": ("obs", "observation", "frame", "pixel", "image", "img", "gray", "grey", "resize", "downsample",
-                      "preprocess", "normalize", "normalise", "crop", "one_hot", "onehot", "encode", "action", "state"),
+                      "preprocess", "normalize", "normalise", "crop", "one_hot", "onehot", "encode", "action"),
     "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
 }
 _ENV_METHODS = ("step", "reset", "__init__", "render")
@@ -943,11 +951,16 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         return []
     holder = p.loop_holder()
     named = {f.where.rsplit(" ", 1)[-1] + f.where.split(":", 1)[0] for f in found if f.where}
-    loops_found = []
+    loops_found: list[Finding] = []
     heavy = {k for k in p.raw if k[2] in ("backward", "_wrapped_call_impl") or "torch/optim/" in k[0]}
+    # A loop that steps the env is the step loop (a rollout), not a loop over elements.
+    stepping = {k for k in p.raw if "step" in k[2].lower() and not any(
+        w in k[2].lower() for w in ("train", "update", "optim", "learn", "grad")) and "torch/" not in k[0]}
     for fn in [k for k in p.raw if p.is_user(k)]:
         if (fn[2].startswith("<") and fn[2] != "<module>") or f"({fn[2]})" + short_file(fn[0]) in named:
             continue  # a comprehension (counted in its function), or a function another rule named
+        if fn != holder and p.calls_any(fn, stepping):
+            continue
         loops = p.sources.loops(fn)
         if not loops:
             continue
@@ -963,7 +976,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             if not loops:
                 continue
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
-        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.1) * p.total:
+        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.2) * p.total:
             continue
         depth, line, text = loops[0]
         kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
@@ -971,7 +984,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             continue
         inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
         where = inner if fn == holder else p.loop_where(fn)
-        if any(f.where == where for f in found):
+        if any(f.where == where for f in [*found, *loops_found]):
             continue  # the call another rule named (a render() drawing pixel by pixel is rendering)
         loops_found.append(finding(
             kind,
@@ -1015,8 +1028,8 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     return finding(
         "hot_spot",
         f"{what} at {where} holds {_share(p, seconds)}, and no rule of the checklist explains it",
-        None, f"not estimated: at most its {seconds_short(seconds)}, if the work it does could go entirely",
-        where=where)
+        seconds, f"at most its measured {seconds_short(seconds)} (cProfile, at the call site): what a fix that removes "
+        f"or vectorizes the work could save", where=where)
 
 
 SCRIPT_RULES: tuple[ScriptRule, ...] = (

@@ -70,11 +70,11 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
         if f.get("where"):
             head.append(f" — in {f['where']}")
         parts += [head, Text(f"   evidence: {f['evidence']}"), Text(f"   fix: {f['fix']}")]
+        expected = f"   expected: {f['expected_gain']}; see {f['reference']}"
         if f.get("knob"):
-            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
-                                       f"   expected: {f['expected_gain']} ({f['reference']})"))
+            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), expected))
         else:
-            parts.append(Text(f"   expected: {f['expected_gain']} ({f['reference']})"))
+            parts.append(Text(expected))
         parts.append(Text(f"   estimate: {f['estimate']}"))
         if f.get("command"):
             parts.append(Text.assemble("   verify: ", (f["command"], "cyan")))
