@@ -44,7 +44,9 @@ MIN_SHARE = 0.04
 """A finding's estimated saving must reach this share of the script's time (a planted or real
 bottleneck worth a fix costs several times more; a clean loop's incidental costs stay below)."""
 HOT_SHARE = 0.25
-"""A place holding this share of the script is a hot spot when no rule explains it."""
+"""A function whose own Python time holds this share of the script is a hot spot when no rule explains it."""
+LIBRARY_HOT_SHARE = 0.4
+"""A library call is a hot spot from this share: a clean loop's replay or env library can hold a third."""
 
 
 def demo(finding_id: str) -> str | None:
@@ -320,6 +322,8 @@ class ScriptProfile:
         else:
             names = list(callee)
         lines = self.sources.call_lines(caller, names)
+        if not lines and isinstance(callee, tuple):  # a decorator's wrapper: the name of what it wraps
+            lines = self.sources.call_lines(caller, [callee_name(k) for k, _, _ in self.callees.get(callee, [])])
         return lines[0] if lines else caller[1]
 
     def loop_site(self, fn: Key) -> tuple[Key, int]:
@@ -340,6 +344,21 @@ class ScriptProfile:
             return fn, fn[1]
         return current, self.line(current, child)
 
+    def python_time(self, fn: Key) -> float:
+        """``fn``'s own Python time: its bytecode's and its comprehensions' (whoever drives them: a
+        generator is resumed by the ``sum`` that consumes it)."""
+        node = self.sources.function(fn)
+        end = getattr(node, "end_lineno", None) or fn[1]
+        return self.tottime(fn) + sum(self.tottime(k) for k in self.raw if k[0] == fn[0] and k[2].startswith("<")
+                                      and k[2] != "<module>" and fn[1] <= k[1] <= end)
+
+    def offending(self, caller: Key, callee: Key) -> str:
+        """The offending line of your function ``caller`` calling ``callee``: the call itself when a loop
+        is around it (or ``caller`` holds the loop), else the loop's call of ``caller`` (a save() helper
+        called every step)."""
+        looped = self.sources.enclosing_loop(caller[0], self.line(caller, callee)) is not None
+        return self.where(caller, callee) if looped or caller == self.loop_holder() else self.loop_where(caller)
+
     def loop_where(self, fn: Key) -> str:
         """``train.py:149 (main)``: the line of the loop that calls ``fn``."""
         caller, line = self.loop_site(fn)
@@ -354,7 +373,8 @@ class ScriptProfile:
                 kids = [(k, ct) for k, _, ct in self.callees.get(current, [])
                         if self.is_user(k) and self.calls(k) <= 2 and not k[2].startswith("<")]
                 best = max(kids, key=lambda t: t[1], default=None)
-                if best is None or best[1] < 0.5 * self.cumtime(current):
+                importing = sum(ct for k, _, ct in self.callees.get(current, []) if k[2] == "_find_and_load")
+                if best is None or best[1] < 0.5 * (self.cumtime(current) - importing):
                     break
                 current = best[0]
             self._holder = current
@@ -459,7 +479,7 @@ def host_copy(ev: Evidence) -> Finding | None:
             charged = p.cumtime(caller)
         else:
             kids = p.callees.get(caller, [])
-            per_item = [(nc, ct) for k, nc, ct in kids if nc >= 0.5 * n / len(edges)]
+            per_item = [(nc, ct) for k, nc, ct in kids if nc >= 0.2 * min(e.calls for e in edges)]
             made = sum(nc for _, nc, _ in kids) or n
             item_calls, item_s = sum(nc for nc, _ in per_item), sum(ct for _, ct in per_item)
             charged = min(p.cumtime(caller), item_s + p.tottime(caller) * item_calls / made)
@@ -652,10 +672,7 @@ def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, de
         return None
     top = _top(edges)
     kept = keep[0](n) if keep else 0.0
-    # The offending line is in the loop: the call itself when a loop is around it, else the loop's call
-    # of your function that makes it (a save() helper called every step).
-    looped = p.sources.enclosing_loop(top.caller[0], p.line(top.caller, top.callee)) is not None
-    where = p.where(top.caller, top.callee) if looped or top.caller == p.loop_holder() else p.loop_where(top.caller)
+    where = p.offending(top.caller, top.callee)
     sites = len({(e.caller, e.callee) for e in edges})
     names = ", ".join(sorted({callee_name(e.callee) + "()" for e in edges}))
     return finding(
@@ -861,7 +878,10 @@ def threads(ev: Evidence) -> Finding | None:
     compute = p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py")
     compute += [k for k in p.keys("step", "torch/optim/") if "lr_scheduler" not in k[0]]
     _, seconds = _total(p.edges(compute))
-    if seconds < 0.2 * p.total:
+    setters = p.edges(p.keys(builtin="set_num_threads"))
+    # Compute in the profiled thread, or a thread count your code set beyond the CPUs (its work may run
+    # in threads cProfile does not see: a thread pool's).
+    if seconds < 0.2 * p.total and not (setters and n > cpus):
         return None
     fewer = max(1, math.floor(cpus)) if n > cpus else 1
     why = (f"{n} torch threads on {cpus:g} usable CPUs" if n > cpus else
@@ -872,10 +892,10 @@ def threads(ev: Evidence) -> Finding | None:
                 f"{_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
                 f"{bench['threads']} threads, micro-benchmarked after the script" if saving is not None and bench else
                 "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
-    setters = p.edges(p.keys(builtin="set_num_threads"))
     where = p.where(setters[0].caller, setters[0].callee) if setters else _busiest_site(ev)
     return finding(
-        "threads", f"{why}; forward and backward passes and optimizer steps took {_share(p, seconds)}", saving, estimate,
+        "threads", f"{why}" + (f", set at {where}" if setters else "") + f"; forward and backward passes and optimizer "
+        f"steps in the profiled thread took {_share(p, seconds)}", saving, estimate,
         where=where, knob=f"run.threads={fewer}", command=demo("threads"), fix=f"{fewer} thread(s)")
 
 
@@ -996,6 +1016,9 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
     return loops_found
 
 
+_WAITING = ("multiprocessing/", "/queue.py", "/threading.py", "concurrent/", "/selectors.py", "/subprocess.py")
+
+
 def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     """When no rule fired: the place (your function, or a library call from it) holding the most of
     the script beyond the network's own work, if it holds :data:`HOT_SHARE`."""
@@ -1006,22 +1029,30 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     expected = set(p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py"))
     expected |= {k for k in p.keys("step", "torch/optim/")}
     best: tuple[str, float, str] | None = None
-    for fn in [k for k in p.raw if p.is_user(k) and k != holder and k[2] != "<module>"]:
+    best_fn: Key | None = None  # a library call from the hot function is part of it
+    for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
         if fn[2] in _ENV_METHODS or p.subtree(fn) & expected:
             continue
         sites = [e for e in p.edges([fn]) if e.caller != fn]
         cum = _total(sites)[1] if sites else p.cumtime(fn)
-        if cum >= HOT_SHARE * p.total and (best is None or cum > best[1]):
+        # Concentrated: the function's own Python time holds the share, not the many library calls
+        # it makes (a function that runs the whole episode through numpy holds everything, and nothing).
+        if p.python_time(fn) >= HOT_SHARE * p.total and (best is None or cum > best[1]):
             kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
             inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
+            best_fn = fn
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
-        # The env's own step and the networks' passes are the loop's expected work, not a hot spot.
+        # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
+        # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
         if (e.callee[2] in _ENV_METHODS or e.caller[2] in _ENV_METHODS or e.callee[2].startswith("<")
+                or (e.caller[2].startswith("<") and e.caller[2] != "<module>") or e.caller == best_fn
+                or any(w in k[0].replace(os.sep, "/") for k in p.subtree(e.callee, 3) for w in _WAITING)
                 or p.subtree(e.callee) & expected):
             continue
-        if e.seconds >= HOT_SHARE * p.total and (best is None or e.seconds > best[1]):
-            best = (p.where(e.caller, e.callee), e.seconds, f"the library call {callee_name(e.callee)}()")
+        if e.seconds >= LIBRARY_HOT_SHARE * p.total and (best is None or e.seconds > best[1]):
+            best = (p.offending(e.caller, e.callee), e.seconds,
+                    f"the library call {callee_name(e.callee)}() (from {p.where(e.caller, e.callee)}), made")
     if best is None:
         return None
     where, seconds, what = best
@@ -1067,7 +1098,7 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
         findings = [_clamped(f, profile.total) for f in findings
                     if f.est_saving_s is None or f.est_saving_s >= floor or f.id == "autograd_forward"]
     spot = hot_spot(ev, findings)
-    findings += [spot] if spot else []
+    findings += [_clamped(spot, profile.total)] if spot and profile is not None else []
     measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0,
                       reverse=True)
     return measured + [f for f in findings if f.est_saving_s is None]
