@@ -81,7 +81,7 @@ def main():
     obs = env.observe()
     phi = potential(env)
     gamma, n_steps = 0.99, 5
-    for update in range(int(args.updates * args.scale)):
+    for _ in range(int(args.updates * args.scale)):
         logps, values, rewards, masks, entropies = [], [], [], [], []
         for _ in range(n_steps):
             logits, value = model(torch.from_numpy(obs))
@@ -99,7 +99,7 @@ def main():
         with torch.no_grad():
             ret = model(torch.from_numpy(obs))[1]
         returns = []
-        for r, m in zip(reversed(rewards), reversed(masks)):
+        for r, m in zip(reversed(rewards), reversed(masks), strict=True):
             ret = r + gamma * ret * m
             returns.insert(0, ret)
         adv = torch.stack(returns) - torch.stack(values)

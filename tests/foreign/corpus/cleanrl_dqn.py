@@ -4,6 +4,7 @@ Planted (replay_sampling): the replay buffer is a deque of tuples, and every sam
 batch with one list comprehension per field. ``--fixed`` uses a NumPy ring buffer sampled by index.
 """
 import argparse
+import warnings
 import random
 import time
 from collections import deque
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 class Args:
     seed: int = 1
     """seed of the experiment"""
-    total_timesteps: int = 6000
+    total_timesteps: int = 4000
     """total timesteps of the experiment"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
@@ -30,12 +31,12 @@ class Args:
     """the discount factor gamma"""
     target_network_frequency: int = 500
     """the timesteps it takes to update the target network"""
-    batch_size: int = 512
+    batch_size: int = 256
     """the batch size of sample from the replay memory"""
     start_e: float = 1.0
     end_e: float = 0.05
     exploration_fraction: float = 0.5
-    learning_starts: int = 200
+    learning_starts: int = 1000
     """timestep to start learning"""
     train_frequency: int = 1
     """the frequency of training"""
@@ -64,8 +65,8 @@ class TupleReplay:
 
     def sample(self, n):
         batch = random.sample(self.memory, n)
-        obs = torch.tensor(np.array([t[0] for t in batch]), dtype=torch.float32)
-        next_obs = torch.tensor(np.array([t[1] for t in batch]), dtype=torch.float32)
+        obs = torch.tensor([t[0] for t in batch], dtype=torch.float32)
+        next_obs = torch.tensor([t[1] for t in batch], dtype=torch.float32)
         actions = torch.tensor([[t[2]] for t in batch])
         rewards = torch.tensor([t[3] for t in batch], dtype=torch.float32)
         dones = torch.tensor([float(t[4]) for t in batch])
@@ -96,7 +97,9 @@ class RingReplay:
 class QNetwork(nn.Module):
     def __init__(self, obs_dim, n_actions):
         super().__init__()
-        self.network = nn.Sequential(nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_actions))
+        self.network = nn.Sequential(
+            nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_actions)
+        )
 
     def forward(self, x):
         return self.network(x)
@@ -114,6 +117,7 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="Creating a tensor from a list of numpy.ndarrays")
 
     env = gym.make("CartPole-v1")
     obs_dim, n_actions = env.observation_space.shape[0], env.action_space.n
@@ -127,7 +131,8 @@ if __name__ == "__main__":
     obs, _ = env.reset(seed=args.seed)
     episodic_return = 0.0
     for global_step in range(args.total_timesteps):
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        duration = args.exploration_fraction * args.total_timesteps
+        epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:

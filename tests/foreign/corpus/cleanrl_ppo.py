@@ -37,7 +37,7 @@ def parse_args():
     return args
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+def layer_init(layer, std=2 ** 0.5, bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
@@ -83,7 +83,7 @@ if __name__ == "__main__":
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = torch.Tensor(next_obs)
     next_done = torch.zeros(args.num_envs)
-    for iteration in range(1, args.num_iterations + 1):
+    for _iteration in range(1, args.num_iterations + 1):
         for step in range(args.num_steps):
             obs[step] = next_obs
             dones[step] = next_done
@@ -117,7 +117,7 @@ if __name__ == "__main__":
         b_obs, b_logprobs, b_actions = obs.reshape((-1, obs_dim)), logprobs.reshape(-1), actions.reshape(-1)
         b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
         b_inds = np.arange(args.batch_size)
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start:start + args.minibatch_size]
@@ -125,7 +125,8 @@ if __name__ == "__main__":
                 ratio = (newlogprob - b_logprobs[mb_inds]).exp()
                 mb_adv = b_advantages[mb_inds]
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                pg_loss = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+                clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped).mean()
                 v_loss = 0.5 * ((newvalue.view(-1) - b_returns[mb_inds]) ** 2).mean()
                 loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
                 optimizer.zero_grad()

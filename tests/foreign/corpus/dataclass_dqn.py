@@ -100,7 +100,7 @@ def main() -> None:
         with torch.no_grad():
             greedy = online(torch.from_numpy(obs)).argmax(1).numpy()
         actions = np.where(rng.random(cfg.num_envs) < eps, rng.integers(0, n_actions, cfg.num_envs), greedy)
-        next_obs, rewards, term, trunc, infos = envs.step(actions)
+        next_obs, rewards, term, _, _ = envs.step(actions)
         memory.extend(obs, actions, rewards, next_obs, term.astype(np.float32))
         obs = next_obs
         if cfg.fresh_target_every_update:

@@ -67,7 +67,8 @@ def main():
             action = actor(torch.from_numpy(obs)).numpy() + 0.2 * rng.standard_normal(2).astype(np.float32)
         next_obs, reward, done = env.step(action)
         i = size % cap
-        S[i], A[i], R[i], S2[i], D[i] = torch.from_numpy(obs), torch.from_numpy(action), reward, torch.from_numpy(next_obs), float(done)
+        S[i], A[i], S2[i] = torch.from_numpy(obs), torch.from_numpy(action), torch.from_numpy(next_obs)
+        R[i], D[i] = reward, float(done)
         size += 1
         visited[step % len(visited)] = torch.from_numpy(next_obs[:2])
         obs = env.reset() if done else next_obs
@@ -87,7 +88,7 @@ def main():
             a_opt.step()
             with torch.no_grad():
                 for net, tgt in ((actor, actor_t), (critic, critic_t)):
-                    for p, tp in zip(net.parameters(), tgt.parameters()):
+                    for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
                         tp.lerp_(p, 0.005)
     print(f"{steps} steps, final coverage {coverage[-1]:.4f}")
 

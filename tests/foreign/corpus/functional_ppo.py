@@ -80,7 +80,7 @@ def rollout_slow(params, state, rng, gen, n_steps):
     fields = {name: np.zeros(width) for name, width in FIELDS.items()}
     for _ in range(n_steps):
         env_observe(state, fields)
-        obs = torch.cat([torch.tensor(fields[name], dtype=torch.float32).to(DEVICE) for name in FIELDS])  # planted: device_transfer
+        obs = torch.cat([torch.tensor(fields[k], dtype=torch.float32).to(DEVICE) for k in FIELDS])  # planted: device_transfer
         with torch.no_grad():
             logits, value = policy(params, obs)
             action = torch.multinomial(F.softmax(logits, -1), 1, generator=gen)[0]
@@ -111,7 +111,7 @@ def rollout_fast(params, state, rng, gen, n_steps, bufs):
         state, reward, done = env_step(state, int(action), rng)
         obs_buf[t] = obs_t
         acts[t], logps[t], vals[t], rews[t], dones[t] = action, logp, value, reward, done
-    return state, [obs_buf.clone(), acts.clone(), logps.clone(), vals.clone(), rews.clone(), dones.clone()]
+    return state, [buf.clone() for buf in (obs_buf, acts, logps, vals, rews, dones)]
 
 
 def advantages(rewards, values, dones, gamma=0.99, lam=0.95):

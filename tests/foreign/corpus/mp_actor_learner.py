@@ -7,7 +7,6 @@ Planted (busy_wait): both sides wait by polling with a sleep -- the learner for 
 """
 import argparse
 import multiprocessing as mp
-import queue as queue_mod
 import time
 
 import numpy as np

@@ -40,7 +40,7 @@ def physics_numpy(pos, vel, dt=0.02):
     delta = pos[ju] - pos[iu]
     dist = np.sqrt((delta ** 2).sum(1))
     hits = np.nonzero((dist > 0) & (dist < 2 * RADIUS))[0]
-    for i, j, d, dl in zip(iu[hits], ju[hits], dist[hits], delta[hits]):  # the few colliding pairs, in order
+    for i, j, d, dl in zip(iu[hits], ju[hits], dist[hits], delta[hits], strict=True):  # the few colliding pairs, in order
         n = dl / d
         rel = (vel[i] - vel[j]) @ n
         if rel > 0:

@@ -58,7 +58,6 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    rng = np.random.default_rng(0)
     logdir = tempfile.mkdtemp(prefix="dqn-log-")
     handler = logging.FileHandler(os.path.join(logdir, "train.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -101,7 +100,8 @@ def main():
             opt.step()
         with timer.phase("log"):
             if step % log_every == 0:
-                log.info("step %d eps %.3f loss %.5f reward %.3f", step, eps, loss.item(), reward.mean().item())  # planted: logging
+                log.info("step %d eps %.3f loss %.5f reward %.3f",  # planted: logging
+                         step, eps, loss.item(), reward.mean().item())
                 log.info("q %s actions %s obs %s", qvals, actions, next_obs)  # planted: logging
         timer.step_done()
     print({name: f"{stats.share:.0%}" for name, stats in timer.stats().items()})

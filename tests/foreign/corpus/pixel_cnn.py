@@ -107,7 +107,8 @@ def main():
         if step % 4 == 0 and size >= 64:
             b = rng.integers(0, size, 64)
             with torch.no_grad():
-                y = torch.from_numpy(mem_rew[b]) + 0.99 * (1 - torch.from_numpy(mem_done[b])) * target(torch.from_numpy(mem_next[b])).max(1).values
+                next_q = target(torch.from_numpy(mem_next[b])).max(1).values
+                y = torch.from_numpy(mem_rew[b]) + 0.99 * (1 - torch.from_numpy(mem_done[b])) * next_q
             qa = q(torch.from_numpy(mem_obs[b])).gather(1, torch.from_numpy(mem_act[b])[:, None]).squeeze(1)
             loss = F.smooth_l1_loss(qa, y)
             opt.zero_grad()

@@ -31,7 +31,8 @@ class KeyDoorWorld:
         return self.observe()
 
     def observe(self) -> np.ndarray:
-        return np.array([*self.agent / self.size, *np.array(self.key) / self.size, float(self.has_key), self.t / 100], np.float32)
+        key = np.array(self.key) / self.size
+        return np.array([*self.agent / self.size, *key, float(self.has_key), self.t / 100], np.float32)
 
     def step(self, action: int):
         move = [(0, 1), (1, 0), (0, -1), (-1, 0)][action]

@@ -88,7 +88,8 @@ def main() -> None:
         if step >= 10 and step % 4 == 0:
             batch = rb.sample(256)
             with torch.no_grad():
-                target_q = batch.rewards.flatten() + 0.99 * (1 - batch.dones.flatten()) * target(batch.next_observations).max(1).values
+                next_q = target(batch.next_observations).max(1).values
+                target_q = batch.rewards.flatten() + 0.99 * (1 - batch.dones.flatten()) * next_q
             q_sa = q(batch.observations).gather(1, batch.actions.long()).flatten()
             loss = nn.functional.smooth_l1_loss(q_sa, target_q)
             opt.zero_grad()

@@ -18,7 +18,8 @@ class TerrainWalker(gym.Env):
         rng = np.random.default_rng(seed)
         height = rng.random((size, size))
         for _ in range(12):  # smooth the noise into hills
-            height = (height + np.roll(height, 1, 0) + np.roll(height, -1, 0) + np.roll(height, 1, 1) + np.roll(height, -1, 1)) / 5
+            neighbours = np.roll(height, 1, 0) + np.roll(height, -1, 0) + np.roll(height, 1, 1) + np.roll(height, -1, 1)
+            height = (height + neighbours) / 5
             height = np.clip(height + 0.02 * rng.standard_normal((size, size)), 0, 1)
         self.height = height
         self.size = size

@@ -43,8 +43,8 @@ def worker(theta, sigma, seeds):
     for seed in seeds:
         gen = torch.Generator().manual_seed(int(seed))
         noise = [torch.randn(p.shape, generator=gen) for p in theta]
-        scores.append(evaluate([p + sigma * n for p, n in zip(theta, noise)], seed) -
-                      evaluate([p - sigma * n for p, n in zip(theta, noise)], seed))
+        scores.append(evaluate([p + sigma * n for p, n in zip(theta, noise, strict=True)], seed) -
+                      evaluate([p - sigma * n for p, n in zip(theta, noise, strict=True)], seed))
     return scores
 
 
@@ -64,14 +64,14 @@ def main():
     pool = ThreadPoolExecutor(WORKERS)
     for gen in range(max(1, int(args.generations * args.scale))):
         seeds = np.arange(WORKERS * POP_PER_WORKER).reshape(WORKERS, POP_PER_WORKER) + 1000 * gen
-        results = list(pool.map(lambda s: worker(theta, sigma, s), seeds))
+        results = list(pool.map(worker, [theta] * WORKERS, [sigma] * WORKERS, seeds))
         flat_seeds, flat_scores = seeds.ravel(), np.concatenate(results)
         grads = [torch.zeros_like(p) for p in theta]
-        for seed, score in zip(flat_seeds, flat_scores):
+        for seed, score in zip(flat_seeds, flat_scores, strict=True):
             noise_gen = torch.Generator().manual_seed(int(seed))
-            for g, p in zip(grads, theta):
+            for g, p in zip(grads, theta, strict=True):
                 g += score * torch.randn(p.shape, generator=noise_gen)
-        theta = [p + lr / (len(flat_seeds) * sigma) * g for p, g in zip(theta, grads)]
+        theta = [p + lr / (len(flat_seeds) * sigma) * g for p, g in zip(theta, grads, strict=True)]
     pool.shutdown()
     print(f"final score {evaluate(theta, 0):.1f}")
 
