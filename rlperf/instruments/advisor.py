@@ -17,8 +17,13 @@ A finding whose saving could not be measured has ``est_saving_s`` None and is li
 others; ``rlperf profile --verify K`` runs the compare lines and records the measured gain beside
 each estimate.
 
-Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` and append it to
-:data:`RULES`; if it needs a micro-benchmark, add a ``Bench`` to ``microbench.BENCHES``.
+Every bottleneck is defined once, in :mod:`rlperf.instruments.catalogue` (its id, title, fix, knob
+and section); a rule here adds what this run measured, and the advisor of your own scripts
+(:mod:`rlperf.instruments.foreign`) builds its findings from the same entries.
+
+Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` returning
+``catalogue.finding(ID, ...)`` and append it to :data:`RULES`; if it needs a micro-benchmark, add a
+``Bench`` to ``microbench.BENCHES``.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     :class:`rlperf.PhaseTimer`), its top functions with its own code marked, and the advisor's
     findings on them. The exit code is the script's."""
     from rlperf.external import _now as now
-    from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
+    from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
     from rlperf.run.files import make_run_dir
 
     options = options or ProfileOptions()
@@ -215,8 +215,9 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     calls = _script_calls(run_dir, target) if options.cprofile else None
     section["evidence"] = child.get("evidence") or {}  # the forward hooks' figures and cProfile's cost per call
     findings = advise_script(record, calls, child["gc"], script_steps(record, calls), section["evidence"])
-    # Savings are shares of the script's own work: its profiled time without imports.
-    worked = ScriptProfile(calls).total if calls is not None else child["wall_s"]
+    # Savings are shares of the script's own work: its profiled time without imports, less cProfile's cost.
+    worked = (ScriptProfile(calls).total * alone_factor(record, calls, section["evidence"]) if calls is not None
+              else child["wall_s"])
     section["advisor"] = {"findings": [f.as_dict() for f in findings],
                           "none": None if findings else "no finding: none of the checklist's bottlenecks showed in "
                           "this script's profile",

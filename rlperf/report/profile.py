@@ -256,7 +256,7 @@ def script_overhead_line(record: Mapping[str, Any]) -> str | None:
     spent = min(calls * cost, 0.9 * wall)
     return (f"instrument overhead (estimated): cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each, about "
             f"{seconds_short(spent)} of the script's {seconds_short(wall)}: ×{wall / (wall - spent):.2f} its time alone; "
-            f"the advisor's savings are shares of the profiled time")
+            f"the advisor's savings leave that cost out")
 
 
 def _pyspy_and_gc_lines(console: Any, p: Mapping[str, Any], of: str) -> None:
