@@ -1104,10 +1104,10 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
     findings += python_loops(ev, findings)
     if profile is not None:
         floor = MIN_SHARE * profile.total
-        # Grad mode is measured, not guessed: forwards that record unused graphs are named even when
-        # the graphs cost little (the saving says how little).
+        # Measured facts, not patterns: forwards that recorded unused graphs, threads set beyond the CPUs,
+        # are named even when the micro-benchmark finds the cost small (the saving says how small).
         findings = [_clamped(f, profile.total) for f in findings
-                    if f.est_saving_s is None or f.est_saving_s >= floor or f.id == "autograd_forward"]
+                    if f.est_saving_s is None or f.est_saving_s >= floor or f.id in ("autograd_forward", "threads")]
     spot = hot_spot(ev, findings)
     findings += [_clamped(spot, profile.total)] if spot and profile is not None else []
     factor = alone_factor(record, calls, hooks)
