@@ -198,6 +198,16 @@ class Sources:
                      for b in node.bases]
         return found
 
+    def enclosing_function(self, file: str, line: int) -> str | None:
+        """The innermost function whose source holds ``line`` (``<module>`` outside any)."""
+        tree = self.tree(file)
+        best: tuple[int, str] | None = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None \
+                    and node.lineno <= line <= node.end_lineno and (best is None or node.lineno > best[0]):
+                best = (node.lineno, node.name)
+        return best[1] if best else ("<module>" if tree is not None else None)
+
     def enclosing_loop(self, file: str, line: int) -> int | None:
         """The line of the innermost loop whose body holds ``line`` (comprehensions count), or None."""
         tree = self.tree(file)
@@ -307,7 +317,10 @@ class ScriptProfile:
     def where(self, caller: Key, callee: Key | Iterable[str] | None = None) -> str:
         """``train.py:42 (push)``: the line in ``caller`` that calls ``callee`` (a key or names)."""
         line = self.line(caller, callee)
-        return f"{short_file(caller[0])}:{line} ({caller[2]})"
+        name = caller[2]
+        if name.startswith("<") and name != "<module>":  # a comprehension: the function it is in
+            name = self.sources.enclosing_function(caller[0], caller[1]) or name
+        return f"{short_file(caller[0])}:{line} ({name})"
 
     def line(self, caller: Key, callee: Key | Iterable[str] | None = None) -> int:
         """The line in ``caller`` that calls ``callee`` (its def line when the source does not say)."""
@@ -827,8 +840,9 @@ def device_transfer(ev: Evidence) -> Finding | None:
     keys = _tensor_methods(p, _TRANSFERS) + p.keys(builtin="torch.tensor") + p.keys(builtin="torch.as_tensor")
     keys += [k for k in p.raw if k[0] == "~" and "'Tensor'" in k[2] and "new" in k[2]]
     # A per-item loop of host copies is host_copy's; what is left is copies per step.
+    host_copies = set(_tensor_methods(p, HOST_COPIES))
     return _calls_charged(ev, "device_transfer", keys, "tensor conversions and device copies",
-                          min_share=0.1, site=lambda e: not _per_item(p, e, ev.steps))
+                          min_share=0.1, site=lambda e: not (e.callee in host_copies and _per_item(p, e, ev.steps)))
 
 
 def gc_pauses(ev: Evidence) -> Finding | None:
