@@ -1051,7 +1051,9 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         cum = _total(sites)[1] if sites else p.cumtime(fn)
         # Concentrated: the function's own Python time holds the share, not the many library calls
         # it makes (a function that runs the whole episode through numpy holds everything, and nothing).
-        if p.python_time(fn) >= HOT_SHARE * p.total and (best is None or cum > best[1]):
+        # Python time spent in a loop of the function's own: array arithmetic written with operators
+        # counts as the function's own time too, but a vectorized function has no loop over elements.
+        if p.python_time(fn) >= HOT_SHARE * p.total and p.sources.loops(fn) and (best is None or cum > best[1]):
             kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
             inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
