@@ -243,15 +243,19 @@ class Edge:
 class ScriptProfile:
     """A script's cProfile table, read as a call graph: who calls what, how often, for how long."""
 
-    def __init__(self, calls: CallStats, sources: Sources | None = None) -> None:
+    def __init__(self, calls: CallStats, sources: Sources | None = None, call_cost: float = 0.0) -> None:
         self.raw: Mapping[Key, tuple] = calls.entries
+        # What cProfile adds per recorded call (evidence.profiler_cost): times below leave it out, so a
+        # Python-heavy call site is charged what it costs alone, not what it cost under the profiler.
+        self.call_cost = call_cost
+        self._under: dict[Key, float] = {}
         self.own = calls.own
         self.sources = sources or Sources()
         # The script's time without imports (of its own modules, and of packages imported inside
         # functions): the shares below are of the work the script does.
         total = calls.total_s or sum(v[2] for v in self.raw.values())
         importing = sum(v[3] for k, v in self.raw.items() if k[2] == "_find_and_load" and "importlib" in k[0])
-        self.total = max(total - importing, 1e-9)
+        self.total = max(total - importing - call_cost * calls.total_calls, 1e-9)
         self._holder: Key | None = None
         self.callees: dict[Key, list[tuple[Key, int, float]]] = defaultdict(list)
         for key, (_cc, _nc, _tt, _ct, callers) in self.raw.items():
@@ -262,7 +266,23 @@ class ScriptProfile:
         return int(self.raw[key][1]) if key in self.raw else 0
 
     def cumtime(self, key: Key) -> float:
-        return float(self.raw[key][3]) if key in self.raw else 0.0
+        if key not in self.raw:
+            return 0.0
+        return max(0.0, float(self.raw[key][3]) - self.call_cost * (self.calls(key) + self.calls_under(key)))
+
+    def calls_under(self, key: Key) -> float:
+        """Calls made beneath ``key`` in all, each callee's shared out by the calls that reached it."""
+        if key in self._under:
+            return self._under[key]
+        self._under[key] = 0.0  # a recursive call adds nothing more
+        total = 0.0
+        try:
+            for k, nc, _ in self.callees.get(key, []):
+                total += nc + self.calls_under(k) * nc / max(1, self.calls(k))
+        except RecursionError:
+            pass
+        self._under[key] = total
+        return total
 
     def tottime(self, key: Key) -> float:
         return float(self.raw[key][2]) if key in self.raw else 0.0
@@ -295,7 +315,8 @@ class ScriptProfile:
                         if self.is_user(caller):
                             edge = out.setdefault((caller, k), Edge(caller, k, 0, 0.0))
                             edge.calls += int(nc)
-                            edge.seconds += float(ct)
+                            profiled = nc * (1 + self.calls_under(k) / max(1, self.calls(k)))
+                            edge.seconds += max(0.0, float(ct) - self.call_cost * profiled)
                         elif level < depth and caller not in seen:
                             seen.add(caller)
                             nxt.append(caller)
@@ -1003,6 +1024,8 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
         own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
             ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, []) if k[0] == "~" and k not in heavy)
+        # less what cProfile added for the calls the loop made
+        own = max(0.0, own - p.call_cost * sum(nc for f in (fn, *comprehensions) for _, nc, _ in p.callees.get(f, [])))
         if fn == holder:
             # Loops over elements inside the step loop, itself often inside an episode loop: the body of
             # an episode loop over steps is the script's own work, not a loop over elements.
@@ -1010,7 +1033,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             if not loops:
                 continue
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
-        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.2) * p.total:
+        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.25) * p.total:
             continue
         depth, line, text = loops[0]
         kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
@@ -1112,9 +1135,10 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
                   steps: tuple[int, str] | None, hooks: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every script rule that fires: estimated savings first, biggest first, then the others. A saving
     below :data:`MIN_SHARE` of the script's time drops the finding; ``hot_spot`` comes only when
-    nothing else fired. Savings are in seconds of the script alone: the profiled seconds times
-    :func:`alone_factor`, which the estimate states."""
-    profile = ScriptProfile(calls) if calls is not None else None
+    nothing else fired. Savings are in seconds of the script alone: each call site's profiled
+    seconds less cProfile's cost for the calls recorded beneath it, as the estimate states."""
+    cost = float(((hooks or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
+    profile = ScriptProfile(calls, call_cost=cost) if calls is not None else None
     ev = Evidence(record, profile, gc, steps, hooks or {})
     findings = [f for rule in SCRIPT_RULES if (f := rule(ev)) is not None]
     findings += python_loops(ev, findings)
@@ -1126,11 +1150,9 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
                     if f.est_saving_s is None or f.est_saving_s >= floor or f.id in ("autograd_forward", "threads")]
     spot = hot_spot(ev, findings)
     findings += [_clamped(spot, profile.total)] if spot and profile is not None else []
-    factor = alone_factor(record, calls, hooks)
-    if factor < 0.98:
-        findings = [replace(f, est_saving_s=f.est_saving_s * factor, estimate=f"{f.estimate}; × {factor:.2f}: the "
-                            f"profiled seconds less cProfile's own cost") if f.est_saving_s is not None else f
-                    for f in findings]
+    if cost:
+        findings = [replace(f, estimate=f"{f.estimate}; cProfile's own cost ({cost * 1e6:.2g} µs per recorded call) "
+                            f"left out") if f.est_saving_s is not None else f for f in findings]
     measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0,
                       reverse=True)
     return measured + [f for f in findings if f.est_saving_s is None]
