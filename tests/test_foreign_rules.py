@@ -366,3 +366,18 @@ def test_a_function_called_under_another_name_is_found_at_its_call(tmp_path: Pat
     main()
     """
     check_first(*advise(tmp_path, body), "reward_shaping")
+
+
+def test_a_helper_whose_one_library_call_holds_the_loop_is_a_hot_spot(tmp_path: Path) -> None:
+    body = """
+    def spread(points):
+        return float(np.linalg.svd(points, compute_uv=False).sum())
+
+    points = np.random.default_rng(0).standard_normal((300, 300))
+    env = Env()
+    for t in range(60):
+        env.step(None)
+        spread(points)  # planted
+    """
+    f = check_first(*advise(tmp_path, body), "hot_spot")
+    assert "your function spread" in f.evidence

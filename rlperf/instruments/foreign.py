@@ -1072,12 +1072,15 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
             continue
         sites = [e for e in p.edges([fn]) if e.caller != fn]
         cum = _total(sites)[1] if sites else p.cumtime(fn)
-        # Concentrated: the function's own Python time holds the share, not the many library calls
-        # it makes (a function that runs the whole episode through numpy holds everything, and nothing).
-        # Python time spent in a loop of the function's own: array arithmetic written with operators
-        # counts as the function's own time too, but a vectorized function has no loop over elements.
-        if p.python_time(fn) >= HOT_SHARE * p.total and p.sources.loops(fn) and (best is None or cum > best[1]):
-            kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
+        # Concentrated: the function's own Python time in a loop of its own holds the share (array
+        # arithmetic written with operators is own time too, but a vectorized function has no loop;
+        # one running the whole episode through numpy holds everything, and nothing) ...
+        kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
+        # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor).
+        concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
+        hot = (p.python_time(fn) >= HOT_SHARE * p.total and p.sources.loops(fn)) or (
+            concentrated and cum >= HOT_SHARE * p.total)
+        if hot and (best is None or cum > best[1]):
             inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
             best_fn = fn
