@@ -368,8 +368,11 @@ def compile_update(layers: int) -> tuple[float, str | None]:
         return 0.0, f"numba does not import ({IMPORT_ERROR})"
     try:
         widths = [3] + [2] * (layers - 1) + [3]
-        net = _tiny_mlp(widths)
-        problem = FusedUpdate(net, _tiny_mlp(widths), torch.optim.Adam(net.parameters()), batch_size=2)
+        # The tiny networks' initialisation must not draw from the run's generator: this runs once per
+        # process (cached), so a draw here would make a resumed run's RNG differ from an uninterrupted one.
+        with torch.random.fork_rng(devices=[]):
+            net, target = _tiny_mlp(widths), _tiny_mlp(widths)
+        problem = FusedUpdate(net, target, torch.optim.Adam(net.parameters()), batch_size=2)
         storage = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 3),
                    torch.zeros(4))
         problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, target_mode=1,

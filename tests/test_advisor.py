@@ -9,6 +9,7 @@ import pytest
 
 from rlperf.instruments import advisor
 from rlperf.instruments.advisor import RULES, Finding, VerifyBase, advise, no_finding_reason
+from rlperf.instruments.catalogue import CATALOGUE, reference
 from rlperf.report.profile import render_findings
 from rlperf.config import config_from, config_to_dict
 from rlperf.instruments.profilers import CallStats
@@ -115,7 +116,7 @@ def test_naive_evidence_names_push_ratio_and_bfs_ranked_by_measured_saving() -> 
     assert "50 ms per update measured in this run" in ratio.estimate
     push = next(f for f in findings if f.knob == "buffer.push=batch")
     assert "push is" in push.evidence and "write_one called 3,520 times (32 per vector step)" in push.evidence
-    assert "2–5×" in push.expected_gain and push.reference == "docs/bottlenecks.md §1"
+    assert "2–5×" in push.expected_gain and push.reference == "docs/bottlenecks.md §1 (rlperf explain 1)"
     # The saving is the run's push time scaled by what the batch push keeps of it, both forms timed here.
     assert push.est_saving_s == pytest.approx(3.0 * (1 - 5e-5 / 1e-3))
     assert "50 µs / 1 ms per push of 32 transitions" in push.estimate and "micro-benchmarked here" in push.estimate
@@ -225,7 +226,7 @@ def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(advisor, "effective_cpus", lambda: 2.0)
     found = advise(record("default", ("train.train_ratio=1",), threads=8), None, None)
     f = next(f for f in found if (f.knob or "").startswith("run.threads="))
-    assert f.knob == "run.threads=2" and "8 torch threads" in f.evidence and f.reference == "docs/bottlenecks.md §14"
+    assert f.knob == "run.threads=2" and "8 torch threads" in f.evidence and f.reference == reference("threads")
     assert f.est_saving_s == pytest.approx((1.0 + 40.0) * (1 - 0.01 / 0.03))
     assert not any((f.knob or "").startswith("run.threads") for f in advise(record("default", threads=2), None, None))
     # Two threads on two CPUs, but the machine was busy with other work during the run.
@@ -243,7 +244,7 @@ def test_gym_backend_rule() -> None:
     f = next(
         f for f in advise(gym, calls({("env/single.py", "step"): (3520, 5.0, 25.0)}), None) if f.knob == "env.backend=tensor"
     )
-    assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.reference == "docs/bottlenecks.md §5"
+    assert "SnakeEnv.step called 3,520 times (32 per vector step" in f.evidence and f.reference == reference("env_backend")
     assert f.est_saving_s == pytest.approx(30.0 * (1 - 0.0005 / 0.02))
     # gym-async: the run's own step time is the slow figure.
     asynced = record("default", ("env.backend=gym-async",), select=1.0, step=30.0, push=1.0, train=10.0, log=0.2,
@@ -260,10 +261,10 @@ def test_episode_growth_rule_says_which_factor_grew() -> None:
         rows.append({"env_steps": steps, "wall_s": wall, "episodes": round(3200 / length), "mean_episode_length": length})
     longer = record("default")
     longer["intervals"] = rows
-    f = next(f for f in advise(longer, None, None) if f.reference == "docs/bottlenecks.md §19")
-    assert f.title == "Episodes get longer, not the loop slower" and f.knob is None and f.command is None
+    f = next(f for f in advise(longer, None, None) if f.reference == "docs/bottlenecks.md §19 (rlperf explain 19)")
+    assert f.evidence.startswith("episodes get longer, not the loop slower") and f.knob is None and f.command is None
     assert f.est_saving_s is None and "--steps" in f.fix and "steps per episode ×" in f.evidence
-    assert not any(f.reference.endswith("§19") for f in advise(record("default"), None, None))
+    assert not any(f.id == "episode_growth" for f in advise(record("default"), None, None))
 
 
 def test_ops_kernel_rule() -> None:
@@ -276,9 +277,10 @@ def test_ops_kernel_rule() -> None:
     ops = record("default", ("env.kernel=ops",), **seconds)
     f = next(f for f in advise(ops, stats, None) if f.knob == "env.kernel=fused")
     assert "with env.kernel=ops" in f.evidence and "14 torch calls per vector step from the env" in f.evidence
-    assert f.title == "Env step is operator dispatch (env.kernel=ops)" and f.est_saving_s == pytest.approx(20.0 * (1 - 0.03))
+    assert f.id == "env_kernel" and f.title == "Env step is operator dispatch"
+    assert f.est_saving_s == pytest.approx(20.0 * (1 - 0.03))
     assert "env.kernel=fused against env.kernel=ops, micro-benchmarked here" in f.estimate
-    assert f.reference == "docs/bottlenecks.md §6" and f.fix and f.command
+    assert f.reference == "docs/bottlenecks.md §6 (rlperf explain 6)" and f.fix and f.command
     assert "seed" not in f.expected_gain and "DESIGN" not in f.expected_gain + f.evidence
     # auto fell back to ops (the record says so): the same finding, without cProfile evidence.
     fallback = record("default", (), **seconds)
@@ -335,9 +337,20 @@ def test_threads_starved_during_the_run_are_seen_from_the_run_itself(monkeypatch
                      micro={"threads": {**MICRO["threads"], "slow": "2 torch threads", "fast": "1 torch thread(s)",
                                         "slow_s": 0.005, "fast_s": 0.006}})
     f = next(f for f in advise(starved, None, None) if (f.knob or "").startswith("run.threads="))
-    assert f.knob == "run.threads=1" and f.title == "Compute threads were starved during the run"
+    assert f.knob == "run.threads=1" and f.evidence.startswith("compute threads were starved during the run")
     assert f.est_saving_s == pytest.approx(40.0 - 800 * 0.006) and "50 ms per update in this run" in f.evidence
     # The run's updates as fast as the benchmark's: nothing to say.
     calm = record("default", ("train.train_ratio=1",), threads=2,
                   micro={"threads": {**MICRO["threads"], "slow_s": 0.045, "fast_s": 0.06}})
     assert not any((f.knob or "").startswith("run.threads") for f in advise(calm, None, None))
+
+
+def test_every_own_loop_finding_reads_as_the_catalogue_says() -> None:
+    """rlperf's own loop and a foreign script share the catalogue: a finding's title, gain and
+    reference are its entry's, whatever evidence produced it."""
+    found = advise(record("naive"), None, None) + advise(record("default", threads=2), None, None)
+    assert found
+    for f in found:
+        entry = CATALOGUE[f.id]
+        assert f.title == entry.title and f.expected_gain == entry.expected_gain and f.reference == reference(f.id)
+        assert f.fix.startswith(entry.fix)

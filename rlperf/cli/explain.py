@@ -14,20 +14,13 @@ from rlperf.cli.app import command
 @command()
 def explain(
     topic: Annotated[str, typer.Argument(
-        help="A section number (3 or §3), a knob (buffer.push), or a finding id from rlperf profile.")],
+        help="A section number (3 or §3), a knob (buffer.push), or a finding id from rlperf profile (host_copy).")],
 ) -> None:
     """Print one section of docs/bottlenecks.md, the catalogue findings and hints cite."""
+    from rlperf.instruments.catalogue import CATALOGUE, describe, section_for
     from rlperf.report.explain import section_text
 
-    sys.stdout.write(section_text(topic, finding_section(topic)) + "\n")
-
-
-def finding_section(topic: str) -> int | None:
-    """The section a finding id names, from the advisor's catalogue of bottlenecks (None: not a finding id,
-    or no catalogue in this build)."""
-    try:
-        from rlperf.instruments.catalogue import section_for  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    section: int | None = section_for(topic)
-    return section
+    if topic in CATALOGUE and section_for(topic) is None:  # a checklist item without a section of its own
+        sys.stdout.write(describe(topic) + "\n")
+        return
+    sys.stdout.write(section_text(topic, section_for(topic)) + "\n")

@@ -17,8 +17,13 @@ A finding whose saving could not be measured has ``est_saving_s`` None and is li
 others; ``rlperf profile --verify K`` runs the compare lines and records the measured gain beside
 each estimate.
 
-Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` and append it to
-:data:`RULES`; if it needs a micro-benchmark, add a ``Bench`` to ``microbench.BENCHES``.
+Every bottleneck is defined once, in :mod:`rlperf.instruments.catalogue` (its id, title, fix, knob
+and section); a rule here adds what this run measured, and the advisor of your own scripts
+(:mod:`rlperf.instruments.foreign`) builds its findings from the same entries.
+
+Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` returning
+``catalogue.finding(ID, ...)`` and append it to :data:`RULES`; if it needs a micro-benchmark, add a
+``Bench`` to ``microbench.BENCHES``.
 """
 
 from __future__ import annotations
@@ -27,36 +32,17 @@ import math
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlperf.config import Config
+from rlperf.instruments.catalogue import Finding, finding
 from rlperf.instruments.profilers import CallStats
 from rlperf.report.units import percent_short, seconds_short
 
 MIN_SAVING_SHARE = 0.0025
 """A finding must be worth at least this share of the measured phase time (its saving is measured,
 so a small one is still real: the per-board push loop is under 1% of the naive loop on a CPU)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One piece of advice: measured fact -> the fix -> the reported gain -> the estimate -> how to verify."""
-
-    title: str
-    evidence: str  # what this run measured that shows the bottleneck
-    fix: str  # the change, in the user's words
-    knob: str | None  # "buffer.push=batch": the rlperf knob that demonstrates it (--set / --vs), if one does
-    command: str | None  # the exact `rlperf compare ...` line that measures the change
-    expected_gain: str  # the gain reported for this change, e.g. "2–5× on the push phase"
-    est_saving_s: float | None  # seconds of this run's measured phase time the change could save; None: not measured
-    estimate: str  # how est_saving_s was measured
-    reference: str  # where the bottleneck is explained: "docs/bottlenecks.md §1"
-    where: str | None = None  # the function and line it points at ("train.py:42 (push_all)"), for foreign code
-    verified: Mapping[str, Any] | None = None  # the measured gain, from profile --verify
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -178,12 +164,7 @@ def push_loop(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
             f"Tensor.item {items:,} times" + (" (each a device sync)" if _cuda(record) else "")
         )
     saving, estimate = replaced(push["total_s"], "push phase", record, "push")
-    return Finding(
-        title="Replay push loops over boards", evidence=evidence,
-        fix="push the whole batch of transitions in one vectorized write instead of one board at a time",
-        knob="buffer.push=batch", command=None, expected_gain="2–5× on the push phase (2–3× overall)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §1",
-    )
+    return finding("host_copy", evidence, saving, estimate)
 
 
 def train_ratio(
@@ -204,17 +185,9 @@ def train_ratio(
         evidence += f"; cProfile: Agent.update called {updates:,} times ({_per_step(updates, record)})"
     updates = int((record.get("timing") or {}).get("measured_updates") or 0)
     per_update = f"{_time(train['total_s'] / updates)} per update measured in this run, " if updates else ""
-    title = "Training frequency dominates the loop" if train["share"] >= 0.5 else "Many gradient updates per vector step"
-    return Finding(
-        title=title, evidence=evidence,
-        fix=f"make {4:g} gradient updates per vector step instead of {ratio:g} (or one every few steps)",
-        knob="train.train_ratio=4", command=None,
-        expected_gain="2–4× overall (10–15× going from 64 to 4 updates per vector step); fewer updates can change "
-        "learning, so read the mean score in the compare too",
-        est_saving_s=train["total_s"] * (1 - 4 / ratio),
-        estimate=f"train phase {seconds_short(train['total_s'])} × (1 − 4/{ratio:g}): {per_update}4/{ratio:g} of the updates",
-        reference="docs/bottlenecks.md §3",
-    )
+    return finding("update_ratio", evidence, train["total_s"] * (1 - 4 / ratio),
+                   f"train phase {seconds_short(train['total_s'])} × (1 − 4/{ratio:g}): {per_update}4/{ratio:g} of the "
+                   f"updates", fix=f"4 updates per vector step instead of {ratio:g}")
 
 
 def bfs_flood_fill(
@@ -241,13 +214,7 @@ def bfs_flood_fill(
             if env_step > 0:
                 evidence += f", {percent_short(min(1.0, bfs_cum / env_step))} of the env step's time"
     saving, estimate = replaced(step["total_s"], "step phase", record, "flood_fill")
-    return Finding(
-        title="Flood fill runs a Python BFS per board", evidence=evidence,
-        fix="compute the reachable-space features for all boards at once on the device (batched dilation), "
-        "or drop them",
-        knob="env.flood_fill=tensor", command=None, expected_gain="2–3× for models with flood-fill features",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §4",
-    )
+    return finding("flood_fill", evidence, saving, estimate)
 
 
 def host_storage(
@@ -274,15 +241,7 @@ def host_storage(
             saving += push_saving
             estimate += f", plus {push_estimate}"
             evidence += f"; push (a Python loop over rows into the list) is {percent_short(push['share'])}"
-    return Finding(
-        title=f"Replay storage is a {'Python list' if storage == 'list' else 'host numpy array'}, copied every sample",
-        evidence=evidence,
-        fix="keep the replay in preallocated tensors on the model's device and sample indices there",
-        knob="buffer.storage=tensor", command=None,
-        expected_gain="preallocated storage indexed in place removes the per-sample copies and allocations "
-        "(no figure reported)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §2",
-    )
+    return finding("replay_sampling", evidence, saving, estimate)
 
 
 def hard_target(
@@ -313,14 +272,7 @@ def hard_target(
         estimate = (f"target copies {seconds_short(seconds)} × (1 − {n_calls:,} lerps × {_time(bench['fast_s'])} / "
                     f"({copies:,} copies × {_time(bench['slow_s'])})), both micro-benchmarked here, median of "
                     f"{bench['repeats']} interleaved repeats")
-    return Finding(
-        title="Hard target-network copies", evidence=evidence,
-        fix="update the target network in place with a soft update (lerp by τ) instead of copying the state dict",
-        knob="agent.target_update=soft", command=None,
-        expected_gain="hard copies show as spikes in time per update; a soft update with τ spreads the cost "
-        "(no figure reported)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §7",
-    )
+    return finding("target_copy", evidence, saving, estimate)
 
 
 def log_every_step(
@@ -346,15 +298,9 @@ def log_every_step(
             measured, what = on_log * _to_measured(record), f"on_log ({_time(on_log / logs)} per call)"
     if _cuda(record):
         evidence += "; each log reads the loss on the host, which waits for the device (a sync every step)"
-    return Finding(
-        title="Logging and host sync every step", evidence=evidence,
-        fix=f"log (and read device values on the host) every 100 vector steps instead of every {every}",
-        knob="train.log_every=100", command=None,
-        expected_gain="small on a CPU (under 5%, below 1.1×); on a GPU every read is a sync",
-        est_saving_s=measured * (1 - every / 100),
-        estimate=f"{what} {seconds_short(measured)} × (1 − {every}/100): the measured cost per log, {every}/100 as many logs",
-        reference="docs/bottlenecks.md §9",
-    )
+    return finding("logging", evidence, measured * (1 - every / 100),
+                   f"{what} {seconds_short(measured)} × (1 − {every}/100): the measured cost per log, {every}/100 as "
+                   f"many logs")
 
 
 def autograd_select(
@@ -371,13 +317,7 @@ def autograd_select(
         f"agent.inference=grad: every forward records an autograd graph nobody uses"
     )
     saving, estimate = replaced(select["total_s"], "select phase", record, "inference")
-    return Finding(
-        title="Action selection runs with autograd on", evidence=evidence,
-        fix="select actions under torch.inference_mode() (or torch.no_grad())",
-        knob="agent.inference=no_grad", command=None,
-        expected_gain="select runs without building a graph (no figure reported)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §8",
-    )
+    return finding("autograd_forward", evidence, saving, estimate)
 
 
 def gym_backend(
@@ -404,14 +344,7 @@ def gym_backend(
                     f"{bench['what']} with env.backend=tensor (micro-benchmarked here)")
     else:
         saving, estimate = replaced(step["total_s"], "step phase", record, "backend")
-    return Finding(
-        title=f"Boards are stepped one by one ({backend})", evidence=evidence,
-        fix="step every board in one batched call (a vectorized env) instead of a Python loop over single envs",
-        knob="env.backend=tensor", command=None,
-        expected_gain="a batched env steps every board in one call (no figure reported; rlperf's own target is "
-        "≥ 100× SyncVectorEnv at 256 boards)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §5",
-    )
+    return finding("env_backend", evidence, saving, estimate)
 
 
 def ops_kernel(
@@ -437,16 +370,9 @@ def ops_kernel(
                          f"{1e3 * step['mean_ms'] / ops:.1f} µs "
                          f"each: a fixed cost per call, whatever the number of boards")
     saving, estimate = replaced(step["total_s"], "step phase", record, "kernel")
-    dispatch = n <= 4096  # where ops is operator dispatch; beyond, memory traffic
-    title = "Env step is operator dispatch" if dispatch else "Env step is one tensor operator per rule"
-    return Finding(
-        title=f"{title} (env.kernel=ops)", evidence=evidence,
-        fix="step every board with one compiled per-board kernel instead of ~150 tensor operators per vector step",
-        knob="env.kernel=fused", command=None,
-        expected_gain="one fused step per environment, as PufferLib and EnvPool do (rlperf's own target: ≥ 10 M env "
-        "steps/s at 256 boards on a 2-core CPU)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §6",
-    )
+    if n > 4096:  # up to here the ops kernel is operator dispatch; beyond, memory traffic as well
+        evidence += f"; at {n:,} boards memory traffic adds to the dispatch"
+    return finding("env_kernel", evidence, saving, estimate)
 
 
 def torch_update(
@@ -468,14 +394,7 @@ def torch_update(
     evidence = (f"train is {percent_short(train['share'])} of phase time{per_update} with train.update=torch "
                 f"(batch {cfg.buffer.batch_size}, network {'×'.join(map(str, cfg.agent.hidden))})")
     saving, estimate = replaced(train["total_s"], "train phase", record, "update")
-    return Finding(
-        title="Gradient update is operator dispatch (train.update=torch)", evidence=evidence,
-        fix="run the whole update (sample, forwards, loss, backward, clip, Adam, target) as one compiled call",
-        knob="train.update=fused", command=None,
-        expected_gain="4–5× on a 2×64 update at batch 128 on a 2-core CPU (BENCHMARKS.md); less on wide networks, "
-        "whose matrix products dominate",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §20",
-    )
+    return finding("torch_update", evidence, saving, estimate)
 
 
 def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
@@ -497,15 +416,9 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
     if cfg.buffer.storage == "list":
         evidence += "; the list buffer's tuples are created in the loop, so freezing at its start would not cover them"
     measured = seconds * _to_measured(record)
-    return Finding(
-        title="Garbage-collector pauses", evidence=evidence,
-        fix="gc.freeze() what exists before the loop (or gc.disable() in it, collecting between runs)",
-        knob=knob, command=None, expected_gain="removes the periodic pauses (no figure reported)",
-        est_saving_s=measured,
-        estimate=f"the collector's measured time, {seconds_short(measured)} in the measured window: the fix runs no "
-        f"full collections in the loop",
-        reference="docs/bottlenecks.md §13",
-    )
+    return finding("gc_pauses", evidence, measured,
+                   f"the collector's measured time, {seconds_short(measured)} in the measured window: the fix runs no "
+                   f"full collections in the loop", knob=knob)
 
 
 def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
@@ -521,14 +434,7 @@ def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc:
         f"with train.amp=off"
     )
     saving, estimate = replaced(train["total_s"], "train phase", record, "amp")
-    return Finding(
-        title="Updates run in full precision on the GPU", evidence=evidence,
-        fix="run the update's forward and backward under torch.autocast (bfloat16)",
-        knob="train.amp=bf16", command=None,
-        expected_gain="30–40% faster forward and 25–30% faster backward passes (use train.amp=fp16 where bf16 is not "
-        "supported)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §10",
-    )
+    return finding("amp", evidence, saving, estimate)
 
 
 def compile_off(
@@ -542,14 +448,8 @@ def compile_off(
     if share < 0.3:
         return None
     evidence = f"select + train are {percent_short(share)} of phase time on the GPU with train.compile=off"
-    return Finding(
-        title="Network not compiled", evidence=evidence, fix="compile the network (torch.compile, mode reduce-overhead)",
-        knob="train.compile=reduce-overhead", command=None, expected_gain="10–15% faster forward passes",
-        est_saving_s=None,
-        estimate="not measured: compiling takes longer than a micro-benchmark can afford; the compare line (or "
-        "--verify) measures it",
-        reference="docs/bottlenecks.md §11",
-    )
+    return finding("compile", evidence, None, "not measured: compiling takes longer than a micro-benchmark can afford; "
+                   "the compare line (or --verify) measures it")
 
 
 def small_batch_gpu(
@@ -578,13 +478,8 @@ def small_batch_gpu(
         estimate = (f"train phase {seconds_short(train['total_s'])} × (1 − {_time(bench['fast_s'])} / (4 × "
                     f"{_time(bench['slow_s'])})): an update at 4× the batch against four at this batch, micro-benchmarked "
                     f"here")
-    return Finding(
-        title="Batches too small for the GPU", evidence=evidence,
-        fix=f"sample batches of {4 * batch} and update a quarter as often (the same replay ratio)",
-        knob=f"buffer.batch_size={4 * batch}", command=None,
-        expected_gain="batch 256 → 512 raised GPU utilisation from ~60% to ~85%",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §12",
-    )
+    return finding("small_batch_gpu", evidence, saving, estimate, knob=f"buffer.batch_size={4 * batch}",
+                   fix=f"batches of {4 * batch}")
 
 
 def effective_cpus() -> float:
@@ -642,20 +537,14 @@ def thread_oversubscription(
     if contended and bench is not None and excess is None:
         # The threads were starved in the run: what the same updates cost on the fewer threads, timed here.
         saving = train["total_s"] - updates * bench["fast_s"]
-        return Finding(
-            title="Compute threads were starved during the run", evidence=(
-                f"train took {_time(run_update)} per update in this run with {threads_now} torch threads; the same update "
-                f"took {_time(bench['slow_s'])} with {threads_now} threads and {_time(bench['fast_s'])} with "
-                f"{bench['fast']} timed right after the run: other processes held the CPUs the threads waited for "
-                f"(run.threads={cfg.run.threads})"),
-            fix="torch.set_num_threads(1) (and OMP_NUM_THREADS=1) on a machine other processes share",
-            knob="run.threads=1", command=None, expected_gain="steadier, and on a busy machine much faster, updates "
-            "(no figure reported)",
-            est_saving_s=saving,
-            estimate=f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {_time(bench['fast_s'])} (an "
-            f"update with {bench['fast']}, micro-benchmarked here)",
-            reference="docs/bottlenecks.md §14",
-        )
+        return finding(
+            "threads",
+            f"compute threads were starved during the run: train took {_time(run_update)} per update in this run with "
+            f"{threads_now} torch threads; the same update took {_time(bench['slow_s'])} with {threads_now} threads and "
+            f"{_time(bench['fast_s'])} with {bench['fast']} timed right after the run: other processes held the CPUs "
+            f"the threads waited for (run.threads={cfg.run.threads})", saving,
+            f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {_time(bench['fast_s'])} (an "
+            f"update with {bench['fast']}, micro-benchmarked here)", knob="run.threads=1", fix="1 thread")
     if excess is None:
         return None
     threads, fewer = excess
@@ -676,12 +565,7 @@ def thread_oversubscription(
         f"phase time"
     )
     saving, estimate = replaced(select["total_s"] + train["total_s"], "select + train", record, "threads")
-    return Finding(
-        title="More compute threads than CPUs", evidence=evidence,
-        fix=f"set torch.set_num_threads({fewer}) (and OMP_NUM_THREADS={fewer}) so threads do not wait on each other",
-        knob=f"run.threads={fewer}", command=None, expected_gain="less contention and steadier timings (no figure reported)",
-        est_saving_s=saving, estimate=estimate, reference="docs/bottlenecks.md §14",
-    )
+    return finding("threads", evidence, saving, estimate, knob=f"run.threads={fewer}", fix=f"{fewer} thread(s)")
 
 
 def episode_growth(
@@ -695,17 +579,14 @@ def episode_growth(
     if split is None or split["growth"]["s_per_episode"] < GROWTH_NOTED:
         return None
     slower = split["growth"]["s_per_env_step"] >= 1.2
-    return Finding(
-        title="Each env step got slower through the run" if slower else "Episodes get longer, not the loop slower",
-        evidence=growth_text(split),
+    return finding(
+        "episode_growth",
+        ("each env step got slower through the run: " if slower else "episodes get longer, not the loop slower: ")
+        + growth_text(split), None, "no saving: this explains the time per episode, it does not change it",
         fix=("find what grows with the run: the phase whose share rises, memory that does not flatten once the replay "
              "is full; or other processes took the CPUs as the run went on (the load average at its end was "
              f"{float(((record.get('profile') or {}).get('load') or {}).get('loadavg_1m') or 0):.1f})" if slower else
-             "measure in env steps (--steps N), not episodes: a learning agent's episodes get longer"),
-        knob=None, command=None, expected_gain="not a speed-up: it tells a slowdown from an agent that survives longer",
-        est_saving_s=None, estimate="no saving: this explains the time per episode, it does not change it",
-        reference="docs/bottlenecks.md §19",
-    )
+             "the agent survives longer, so measure in env steps (--steps N)"))
 
 
 RULES: tuple[Rule, ...] = (

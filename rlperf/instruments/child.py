@@ -46,6 +46,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+from rlperf.instruments import evidence
+
 TORCH_WINDOW = (10, 1, 5)
 """torch.profiler schedule over the script's steps: skip 10, warm up 1, record 5."""
 
@@ -179,8 +181,14 @@ class _Session:
         now = perf_counter()
         if now >= self.next_snapshot and os.getpid() == self.pid and self.lock.acquire(blocking=False):
             try:
-                if not self.finished:
-                    self.write(None, "running")
+                if not self.finished:  # the snapshot is the instrument's time, not the script's: kept out of cProfile
+                    if self.profiler is not None:
+                        self.profiler.profile.disable()
+                    try:
+                        self.write(None, "running")
+                    finally:
+                        if self.profiler is not None:
+                            self.profiler.profile.enable()
                     spent = perf_counter() - now
                     self.next_snapshot = perf_counter() + max(SNAPSHOT_S, 50 * spent)
             finally:
@@ -235,6 +243,7 @@ class _Session:
             "timers": [external.external_record(t, status=ended) for t in timers] if external is not None else [],
             "loadavg_1m": os.getloadavg()[0],
             "preimported": self.preimported,
+            "evidence": evidence.collect(),
         }
         window = self.window
         if window is not None:
@@ -259,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent is not None:
         session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
+    evidence.install(kind, name)
     from rlperf.instruments.profilers import CProfiler
 
     session.profiler = CProfiler() if args.cprofile else None

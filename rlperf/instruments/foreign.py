@@ -1,60 +1,262 @@
-"""The advisor on your own code: the bottleneck checklist as rules over a script's cProfile.
+"""The advisor on your own code: the bottleneck checklist as rules over a script's profile.
 
 ``rlperf profile -- python train.py`` knows nothing of the script's config, so these rules read
-only what the profile shows: which of *your* functions (files under the script's folder or the
-working directory) call what, how often, and for how long, with the loop's steps counted by
-``timer.step_done()`` (:class:`rlperf.PhaseTimer`) or, without it, by the env's ``step`` calls.
-Each rule is the generic form of one item of the checklist docs/bottlenecks.md catalogues:
+only what the run measured: cProfile's call graph (which of *your* functions -- files under the
+script's folder or the working directory -- call what, how often, for how long), the GC monitor
+(with the allocations that triggered collections), the forward hooks of
+:mod:`rlperf.instruments.evidence` (grad mode as each forward ran, whether a backward used it,
+micro-benchmarks of the same module on the same inputs) and the loop's step count (the script's
+``timer.step_done()`` calls, else the env's ``step`` calls). Every bottleneck is defined once, in
+:mod:`rlperf.instruments.catalogue`: a finding here reads as the same finding on rlperf's own loop.
 
-- a per-item loop doing host copies (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``) -- §1
-- many optimizer steps per env step -- §3
-- ``load_state_dict`` on (nearly) every update: a hard target copy -- §7
-- ``print`` / ``logging`` / file writes every step -- §9
-- replay sampled in Python (``random.sample``, comprehensions building tensors) -- §2
-- forward passes with autograd on outside the update -- §8
-- garbage-collector pauses -- §13
-- more compute threads than free CPUs -- §14
-- single envs stepped one by one in Python (``SyncVectorEnv``, a loop over envs) -- §5
+Each finding names the offending line: the call inside your code (``train.py:42 (push)``), found
+from cProfile's caller information -- the first of your functions above the library call -- and
+the line of that call in the function's source. Its saving is charged against the time of that
+call site, never the whole enclosing ``main()``, is at most that time, and its ``estimate`` says how
+it was measured.
 
-Precision before recall: a rule fires only when the pattern is unambiguous and costs a real share
-of the script's time, so a clean loop gets no finding. Each finding points at your function and
-line, says the fix in plain words, and gives the ``rlperf compare`` line that measures the same fix
-on rlperf's own loop (the knob that demonstrates it).
+Precision before recall: a rule fires only when the pattern is unambiguous and its saving is at
+least :data:`MIN_SHARE` of the script's time (a bottleneck worth fixing costs far more), so a clean
+loop gets no finding; when no rule fires and one place still holds :data:`HOT_SHARE` of the
+script, the finding is ``hot_spot``, never a clean bill.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import os
+import re
 import shlex
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from rlperf.instruments.advisor import Finding, effective_cpus
-from rlperf.instruments.profilers import CallStats, short_path
+from rlperf.instruments.advisor import effective_cpus
+from rlperf.instruments.catalogue import CATALOGUE, Finding, finding
+from rlperf.instruments.profilers import CallStats
 from rlperf.report.units import percent_short, seconds_short
 
 Key = tuple[str, int, str]
 DEMO = ("rlperf", "compare", "fast", "--steps", "25600", "--repeats", "3")
+MIN_SHARE = 0.04
+"""A finding's estimated saving must reach this share of the script's time (a planted or real
+bottleneck worth a fix costs several times more; a clean loop's incidental costs stay below)."""
+HOT_SHARE = 0.25
+"""A function whose own Python time holds this share of the script is a hot spot when no rule explains it."""
+LIBRARY_HOT_SHARE = 0.4
+"""A library call is a hot spot from this share: a clean loop's replay or env library can hold a third."""
 
 
-def demo(slow_form: str) -> str:
+def demo(finding_id: str) -> str | None:
     """The rlperf compare line that measures a fix on rlperf's own loop: fast.toml against its slow form."""
-    return shlex.join([*DEMO[:3], "--vs", slow_form, *DEMO[3:]])
+    slow = CATALOGUE[finding_id].slow
+    return shlex.join([*DEMO[:3], "--vs", slow, *DEMO[3:]]) if slow else None
+
+
+def callee_name(key: Key) -> str:
+    """The name a call of ``key`` has in source: ``item``, ``print``, ``tensor``, ``load_state_dict``."""
+    if key[0] != "~":
+        return key[2]
+    text = key[2]
+    m = re.match(r"<method '(\w+)' of", text) or re.match(r"<built-in method ([\w.]+)", text)
+    return m.group(1).rsplit(".", 1)[-1] if m else text
+
+
+def short_file(file: str) -> str:
+    """The script's path as the user gave it: relative to the working directory, else its basename."""
+    cwd = os.getcwd() + os.sep
+    return file[len(cwd):] if file.startswith(cwd) else os.path.basename(file)
+
+
+# -- your source, read to find the line of a call -------------------------------------------------
+
+_LOOPS = (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _assigned_names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds: ``x``, ``self.x`` -> ``x``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Attribute):
+        return [target.attr]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _assigned_names(t)]
+    return []
+
+
+class Sources:
+    """Your files parsed once: the function a cProfile key names, and the lines of calls inside it."""
+
+    def __init__(self) -> None:
+        self.trees: dict[str, ast.Module | None] = {}
+        self.texts: dict[str, str] = {}
+
+    def tree(self, file: str) -> ast.Module | None:
+        if file not in self.trees:
+            try:
+                self.texts[file] = open(file, encoding="utf-8").read()
+                self.trees[file] = ast.parse(self.texts[file])
+            except (OSError, SyntaxError, ValueError):
+                self.trees[file] = None
+        return self.trees[file]
+
+    def function(self, key: Key) -> ast.AST | None:
+        """The node cProfile's ``key`` names: a function, or the module for ``<module>``."""
+        tree = self.tree(key[0])
+        if tree is None or key[2] == "<module>":
+            return tree
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == key[2]:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if key[1] in (node.lineno, first):
+                    return node
+        return None
+
+    def call_lines(self, key: Key, names: Iterable[str], tried: frozenset[str] = frozenset()) -> list[int]:
+        """Lines in ``key``'s function that call any of ``names`` (as ``name(...)`` or ``x.name(...)``),
+        those inside a loop first."""
+        if key[2].startswith("<") and key[2] != "<module>":  # a comprehension or lambda: its own line
+            return [key[1]]
+        node = self.function(key)
+        if node is None:
+            return []
+        wanted = set(names)
+        found: list[tuple[int, int]] = []  # (loop depth, line)
+
+        def visit(n: ast.AST, depth: int) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
+                    continue
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    if name in wanted:
+                        found.append((depth, child.lineno))
+                visit(child, depth + isinstance(child, _LOOPS))
+
+        visit(node, 0)
+        if not found:  # called under another name: ``step = fast_step if fixed else slow_step``
+            aliases = {target for a in ast.walk(node) if isinstance(a, ast.Assign)
+                       and any(isinstance(v, ast.Name) and v.id in wanted for v in ast.walk(a.value))
+                       for t in a.targets for target in _assigned_names(t)} - wanted - tried
+            if aliases:
+                return self.call_lines(key, aliases, tried | wanted)
+        # The most deeply looped call first: the loop's step is the innermost loop.
+        return [line for _, line in sorted(found, key=lambda t: (-t[0], t[1]))]
+
+    def loops(self, key: Key) -> list[tuple[int, int, str]]:
+        """The loops in ``key``'s function: (nesting depth, line, source text), deepest first."""
+        node = self.function(key)
+        if node is None:
+            return []
+        found: list[tuple[int, int, str]] = []
+
+        def visit(n: ast.AST, depth: int) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                deeper = depth + isinstance(child, _LOOPS)
+                if isinstance(child, _LOOPS):
+                    found.append((deeper, child.lineno, ast.get_source_segment(self.texts[key[0]], child) or ""))
+                visit(child, deeper)
+
+        visit(node, 0)
+        return sorted(found, key=lambda t: (-t[0], t[1]))
+
+    def class_of(self, key: Key) -> str | None:
+        """The class whose method ``key`` is (for ``__init__``: the name a construction calls)."""
+        tree = self.tree(key[0])
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == key[2]
+                    and key[1] in (f.lineno, min([f.lineno, *(d.lineno for d in f.decorator_list)])) for f in node.body):
+                return node.name
+        return None
+
+    def methods(self, key: Key) -> set[str]:
+        """The method names of the class whose method ``key`` is, with those it inherits from classes in
+        the same file; a gymnasium ``Env`` subclass has ``step`` and ``reset`` (empty for a plain function)."""
+        tree = self.tree(key[0])
+        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)} if tree is not None else {}
+        found: set[str] = set()
+        todo, seen = [self.class_of(key)], set()
+        while todo:
+            name = todo.pop()
+            if name is None or name in seen:
+                continue
+            seen.add(name)
+            if name == "Env" and name not in classes:
+                found |= {"step", "reset"}
+                continue
+            node = classes.get(name)
+            if node is None:
+                continue
+            found |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            todo += [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+                     for b in node.bases]
+        return found
+
+    def enclosing_function(self, file: str, line: int) -> str | None:
+        """The innermost function whose source holds ``line`` (``<module>`` outside any)."""
+        tree = self.tree(file)
+        best: tuple[int, str] | None = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None \
+                    and node.lineno <= line <= node.end_lineno and (best is None or node.lineno > best[0]):
+                best = (node.lineno, node.name)
+        return best[1] if best else ("<module>" if tree is not None else None)
+
+    def enclosing_loop(self, file: str, line: int) -> int | None:
+        """The line of the innermost loop whose body holds ``line`` (comprehensions count), or None."""
+        tree = self.tree(file)
+        best = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, _LOOPS) and node.end_lineno is not None:
+                inside = node.lineno < line <= node.end_lineno or (
+                    not isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno <= line <= node.end_lineno)
+                if inside and (best is None or node.lineno >= best):
+                    best = node.lineno
+        return best
+
+    def text(self, key: Key) -> str:
+        node = self.function(key)
+        if node is None or key[0] not in self.texts:
+            return ""
+        return ast.get_source_segment(self.texts[key[0]], node) or ""
+
+
+# -- the call graph ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Edge:
+    """Your function ``caller`` calling ``callee`` (directly, or through library frames): how often, how long."""
+
+    caller: Key
+    callee: Key
+    calls: int
+    seconds: float
 
 
 class ScriptProfile:
     """A script's cProfile table, read as a call graph: who calls what, how often, for how long."""
 
-    def __init__(self, calls: CallStats) -> None:
+    def __init__(self, calls: CallStats, sources: Sources | None = None, call_cost: float = 0.0) -> None:
         self.raw: Mapping[Key, tuple] = calls.entries
+        # What cProfile adds per recorded call (evidence.profiler_cost): times below leave it out, so a
+        # Python-heavy call site is charged what it costs alone, not what it cost under the profiler.
+        self.call_cost = call_cost
+        self._under: dict[Key, float] = {}
         self.own = calls.own
+        self.sources = sources or Sources()
         # The script's time without imports (of its own modules, and of packages imported inside
         # functions): the shares below are of the work the script does.
         total = calls.total_s or sum(v[2] for v in self.raw.values())
         importing = sum(v[3] for k, v in self.raw.items() if k[2] == "_find_and_load" and "importlib" in k[0])
-        self.total = max(total - importing, 1e-9)
+        self.total = max(total - importing - call_cost * calls.total_calls, 1e-9)
+        self._holder: Key | None = None
         self.callees: dict[Key, list[tuple[Key, int, float]]] = defaultdict(list)
         for key, (_cc, _nc, _tt, _ct, callers) in self.raw.items():
             for caller, (_ccc, nc, _ttt, ct) in callers.items():
@@ -64,7 +266,26 @@ class ScriptProfile:
         return int(self.raw[key][1]) if key in self.raw else 0
 
     def cumtime(self, key: Key) -> float:
-        return float(self.raw[key][3]) if key in self.raw else 0.0
+        if key not in self.raw:
+            return 0.0
+        return max(0.0, float(self.raw[key][3]) - self.call_cost * (self.calls(key) + self.calls_under(key)))
+
+    def calls_under(self, key: Key) -> float:
+        """Calls made beneath ``key`` in all, each callee's shared out by the calls that reached it."""
+        if key in self._under:
+            return self._under[key]
+        self._under[key] = 0.0  # a recursive call adds nothing more
+        total = 0.0
+        try:
+            for k, nc, _ in self.callees.get(key, []):
+                total += nc + self.calls_under(k) * nc / max(1, self.calls(k))
+        except RecursionError:
+            pass
+        self._under[key] = total
+        return total
+
+    def tottime(self, key: Key) -> float:
+        return float(self.raw[key][2]) if key in self.raw else 0.0
 
     def is_user(self, key: Key) -> bool:
         return self.own(key[0])
@@ -81,38 +302,117 @@ class ScriptProfile:
                 found.append(key)
         return found
 
-    def user_callers(self, keys: list[Key]) -> dict[Key, tuple[int, float]]:
-        """Your functions that call any of ``keys``: their call counts and the time those calls took."""
-        out: dict[Key, list[float]] = defaultdict(lambda: [0, 0.0])
-        for key in keys:
-            for caller, (_cc, nc, _tt, ct) in self.raw[key][4].items():
-                if self.is_user(caller):
-                    out[caller][0] += nc
-                    out[caller][1] += ct
-        return {k: (int(v[0]), float(v[1])) for k, v in out.items()}
+    def edges(self, keys: Iterable[Key], depth: int = 0) -> list[Edge]:
+        """Your functions' calls of ``keys``: directly, or through up to ``depth`` library frames (the
+        first of your functions above the library call is where the call site is)."""
+        out: dict[tuple[Key, Key], Edge] = {}
+        for key in set(keys):
+            frontier, seen = [key], {key}
+            for level in range(depth + 1):
+                nxt = []
+                for k in frontier:
+                    for caller, (_cc, nc, _tt, ct) in self.raw.get(k, (0, 0, 0, 0, {}))[4].items():
+                        if self.is_user(caller):
+                            edge = out.setdefault((caller, k), Edge(caller, k, 0, 0.0))
+                            edge.calls += int(nc)
+                            profiled = nc * (1 + self.calls_under(k) / max(1, self.calls(k)))
+                            edge.seconds += max(0.0, float(ct) - self.call_cost * profiled)
+                        elif level < depth and caller not in seen:
+                            seen.add(caller)
+                            nxt.append(caller)
+                frontier = nxt
+        return list(out.values())
 
-    def calls_any(self, caller: Key, keys: list[Key]) -> bool:
+    def calls_any(self, caller: Key, keys: Iterable[Key]) -> bool:
         wanted = set(keys)
         return any(k in wanted for k, _, _ in self.callees.get(caller, []))
 
-    def user_ancestors(self, key: Key, depth: int = 3) -> set[Key]:
-        """Your functions up to ``depth`` calls above ``key`` (through yours only)."""
-        seen: set[Key] = set()
-        frontier = [key]
+    def subtree(self, key: Key, depth: int = 6) -> set[Key]:
+        """Everything ``key`` calls, down to ``depth`` levels."""
+        seen, frontier = {key}, [key]
         for _ in range(depth):
-            nxt = []
-            for k in frontier:
-                for caller in self.raw.get(k, (0, 0, 0, 0, {}))[4]:
-                    if self.is_user(caller) and caller not in seen:
-                        seen.add(caller)
-                        nxt.append(caller)
-            frontier = nxt
+            frontier = [k for f in frontier for k, _, _ in self.callees.get(f, []) if k not in seen]
+            seen.update(frontier)
         return seen
 
+    def where(self, caller: Key, callee: Key | Iterable[str] | None = None) -> str:
+        """``train.py:42 (push)``: the line in ``caller`` that calls ``callee`` (a key or names)."""
+        line = self.line(caller, callee)
+        name = caller[2]
+        if name.startswith("<") and name != "<module>":  # a comprehension: the function it is in
+            name = self.sources.enclosing_function(caller[0], caller[1]) or name
+        return f"{short_file(caller[0])}:{line} ({name})"
 
-def where(key: Key) -> str:
-    """``train.py:42 (push_all)``."""
-    return f"{short_path(key[0])}:{key[1]} ({key[2]})"
+    def line(self, caller: Key, callee: Key | Iterable[str] | None = None) -> int:
+        """The line in ``caller`` that calls ``callee`` (its def line when the source does not say)."""
+        if isinstance(callee, tuple) and callee[0] == caller[0] and callee[2].startswith("<"):
+            return callee[1]  # a comprehension or lambda: the line it is on
+        if callee is None:
+            return caller[1]
+        if isinstance(callee, tuple):
+            names = [callee_name(callee)]
+            if callee[2] == "__init__":
+                names.append(self.sources.class_of(callee) or "__init__")
+        else:
+            names = list(callee)
+        lines = self.sources.call_lines(caller, names)
+        if not lines and isinstance(callee, tuple):  # a decorator's wrapper: the name of what it wraps
+            lines = self.sources.call_lines(caller, [callee_name(k) for k, _, _ in self.callees.get(callee, [])])
+        return lines[0] if lines else caller[1]
+
+    def loop_site(self, fn: Key) -> tuple[Key, int]:
+        """Where the loop calls your function ``fn`` (through your other functions): the loop's function
+        and the line; ``fn`` and its def line when it holds the loop itself."""
+        holder = self.loop_holder()
+        child, current, seen = fn, fn, {fn}
+        for _ in range(8):
+            if current == holder:
+                break
+            callers = [(c, v[3]) for c, v in self.raw.get(current, (0, 0, 0, 0, {}))[4].items()
+                       if self.is_user(c) and c not in seen]
+            if not callers:
+                break
+            child, current = current, max(callers, key=lambda t: t[1])[0]
+            seen.add(current)
+        if current == fn:
+            return fn, fn[1]
+        return current, self.line(current, child)
+
+    def python_time(self, fn: Key) -> float:
+        """``fn``'s own Python time: its bytecode's and its comprehensions' (whoever drives them: a
+        generator is resumed by the ``sum`` that consumes it)."""
+        node = self.sources.function(fn)
+        end = getattr(node, "end_lineno", None) or fn[1]
+        return self.tottime(fn) + sum(self.tottime(k) for k in self.raw if k[0] == fn[0] and k[2].startswith("<")
+                                      and k[2] != "<module>" and fn[1] <= k[1] <= end)
+
+    def offending(self, caller: Key, callee: Key) -> str:
+        """The offending line of your function ``caller`` calling ``callee``: the call itself when a loop
+        is around it (or ``caller`` holds the loop), else the loop's call of ``caller`` (a save() helper
+        called every step)."""
+        looped = self.sources.enclosing_loop(caller[0], self.line(caller, callee)) is not None
+        return self.where(caller, callee) if looped or caller == self.loop_holder() else self.loop_where(caller)
+
+    def loop_where(self, fn: Key) -> str:
+        """``train.py:149 (main)``: the line of the loop that calls ``fn``."""
+        caller, line = self.loop_site(fn)
+        return f"{short_file(caller[0])}:{line} ({caller[2]})"
+
+    def loop_holder(self) -> Key | None:
+        """Your function that holds the loop (``main``, ``Trainer.train``, ``<module>``): from the one with
+        the most time, down through functions called once or twice that hold most of their caller's."""
+        if self._holder is None:
+            current = max((k for k in self.raw if self.is_user(k)), key=self.cumtime, default=None)
+            while current is not None:
+                kids = [(k, ct) for k, _, ct in self.callees.get(current, [])
+                        if self.is_user(k) and self.calls(k) <= 2 and not k[2].startswith("<")]
+                best = max(kids, key=lambda t: t[1], default=None)
+                importing = sum(ct for k, _, ct in self.callees.get(current, []) if k[2] == "_find_and_load")
+                if best is None or best[1] < 0.5 * (self.cumtime(current) - importing):
+                    break
+                current = best[0]
+            self._holder = current
+        return self._holder
 
 
 def script_steps(record: Mapping[str, Any], calls: CallStats | None) -> tuple[int, str] | None:
@@ -129,7 +429,13 @@ def script_steps(record: Mapping[str, Any], calls: CallStats | None) -> tuple[in
         if most:
             return most, basis
     most = max((p.calls(k) for k in p.keys("step") if p.is_user(k)), default=0)
-    return (most, "calls of your step method") if most else None
+    if most:
+        return most, "calls of your step method"
+    # A functional env: your function that steps it (env_step, step_env), not an update's step.
+    stepping = [k for k in p.raw if p.is_user(k) and "step" in k[2].lower()
+                and not any(w in k[2].lower() for w in ("train", "update", "optim", "learn", "grad"))]
+    most = max((p.calls(k) for k in stepping), default=0)
+    return (most, f"calls of {max(stepping, key=p.calls)[2]}") if most else None
 
 
 def _optimizer_steps(p: ScriptProfile) -> int:
@@ -137,324 +443,732 @@ def _optimizer_steps(p: ScriptProfile) -> int:
     return max((p.calls(k) for k in keys), default=0)
 
 
+def _share(p: ScriptProfile, seconds: float) -> str:
+    return f"{seconds_short(seconds)}, {percent_short(min(1.0, seconds / p.total))} of the script"
+
+
+def _total(edges: Iterable[Edge]) -> tuple[int, float]:
+    edges = list(edges)
+    return sum(e.calls for e in edges), sum(e.seconds for e in edges)
+
+
+def _by_caller(edges: Iterable[Edge]) -> dict[Key, list[Edge]]:
+    out: dict[Key, list[Edge]] = defaultdict(list)
+    for e in edges:
+        out[e.caller].append(e)
+    return out
+
+
+def _top(edges: list[Edge]) -> Edge:
+    return max(edges, key=lambda e: e.seconds)
+
+
+def _per_step(n: int, steps: tuple[int, str] | None) -> str:
+    return f", {n / steps[0]:,.1f} per step ({steps[1]})" if steps else ""
+
+
 # -- the rules ----------------------------------------------------------------------------------
 
-ScriptRule = Callable[[Mapping[str, Any], "ScriptProfile | None", "Mapping[str, Any] | None", "tuple[int, str] | None"],
-                      "Finding | None"]
+@dataclass
+class Evidence:
+    """What the rules read: the call graph, the GC monitor, the forward hooks, the step count."""
 
-HOST_COPIES = ("'item' of", "'cpu' of", "'numpy' of", "'tolist' of")
+    record: Mapping[str, Any]
+    p: ScriptProfile | None
+    gc: Mapping[str, Any] | None
+    steps: tuple[int, str] | None
+    hooks: Mapping[str, Any]
 
 
-def host_copy_loop(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                   steps: tuple[int, str] | None) -> Finding | None:
+ScriptRule = Callable[[Evidence], "Finding | None"]
+
+HOST_COPIES = ("item", "cpu", "numpy", "tolist")
+
+
+def _tensor_methods(p: ScriptProfile, names: Iterable[str]) -> list[Key]:
+    wanted = set(names)
+    return [k for k in p.raw if k[0] == "~" and "Tensor" in k[2] and callee_name(k) in wanted]
+
+
+def host_copy(ev: Evidence) -> Finding | None:
     """One of your functions loops over items, copying each to the host (docs/bottlenecks.md §1)."""
+    p, steps = ev.p, ev.steps
     if p is None:
         return None
-    copies = [k for k in p.raw if k[0] == "~" and "Tensor" in k[2] and any(m in k[2] for m in HOST_COPIES)]
-    per_caller: dict[Key, dict[str, int]] = defaultdict(dict)
-    for key in copies:
-        for caller, (n, _) in p.user_callers([key]).items():
-            per_caller[caller][key[2].split("'")[1]] = n
     best = None
-    for caller, methods in per_caller.items():
-        n, calls = sum(methods.values()), p.calls(caller)
+    for caller, edges in _by_caller(p.edges(_tensor_methods(p, HOST_COPIES))).items():
+        n, _ = _total(edges)
+        calls = p.calls(caller)
         # A loop over items: many copies per call of the function, and (when the steps are known) per
         # step too -- the loop function itself makes one copy per step in a single call.
         per_step_ok = n / steps[0] >= 16 if steps else calls >= 2
-        if not calls or n / calls < 16 or not per_step_ok or p.cumtime(caller) < 0.03 * p.total:
+        if not calls or n / calls < 16 or not per_step_ok:
             continue
-        if best is None or p.cumtime(caller) > p.cumtime(best[0]):
-            best = (caller, methods, n / calls)
+        # The loop costs the copies and the Python around them: the function's own time, shared
+        # among the calls it makes in proportion to the copies' number.
+        # A helper called each step (push) is the loop: its time. The loop's holder (main) is not: the
+        # calls it makes per item (the copies, and what they feed: an add per item, an array per
+        # field), and its own time shared among its calls in proportion to theirs.
+        if caller != p.loop_holder():
+            charged = p.cumtime(caller)
+        else:
+            kids = p.callees.get(caller, [])
+            per_item = [(nc, ct) for k, nc, ct in kids if nc >= 0.2 * min(e.calls for e in edges)]
+            made = sum(nc for _, nc, _ in kids) or n
+            item_calls, item_s = sum(nc for nc, _ in per_item), sum(ct for _, ct in per_item)
+            charged = min(p.cumtime(caller), item_s + p.tottime(caller) * item_calls / made)
+        if best is None or charged > best[1]:
+            best = (caller, charged, edges, n)
     if best is None:
         return None
-    caller, methods, per_call = best
-    cum = p.cumtime(caller)
-    counted = ", ".join(f".{m}() {n:,}" for m, n in sorted(methods.items(), key=lambda kv: -kv[1]))
-    per_step = f", {sum(methods.values()) / steps[0]:,.0f} per step ({steps[1]})" if steps else ""
-    return Finding(
-        title="A per-item loop copies tensors to the host one by one",
-        evidence=f"{where(caller)} called {counted} times in {p.calls(caller):,} calls: {per_call:,.0f} host copies "
-        f"per call{per_step}; the function took {seconds_short(cum)} ({percent_short(cum / p.total)} of the script)",
-        fix="move the whole batch at once (one .cpu()/.numpy() of the batch tensor, or keep it on the device) and "
-        "write it with one vectorized assignment instead of a Python loop over items",
-        knob="buffer.push=batch", command=demo("buffer.push=loop"),
-        expected_gain="2–5× on that part of the loop (each .item() is also a device sync on a GPU)",
-        est_saving_s=cum * (1 - 1 / per_call),
-        estimate=f"at most the function's {seconds_short(cum)} × (1 − 1/{per_call:,.0f}): one batched copy instead of "
-        f"{per_call:,.0f}",
-        reference="docs/bottlenecks.md §1", where=where(caller),
-    )
+    caller, charged, edges, n = best
+    per_call = n / p.calls(caller)
+    counted = ", ".join(f".{callee_name(e.callee)}() {e.calls:,}" for e in sorted(edges, key=lambda e: -e.calls))
+    saving = charged * (1 - 1 / per_call)
+    return finding(
+        "host_copy",
+        f"{p.where(caller, [callee_name(e.callee) for e in edges])} calls {counted} times in {p.calls(caller):,} calls: "
+        f"{per_call:,.0f} host copies per call{_per_step(n, steps)}; the copies and the loop around them took "
+        f"{_share(p, charged)}",
+        saving,
+        f"the per-item calls' own time and their share of {caller[2]}'s own time, {seconds_short(charged)} (cProfile), × "
+        f"(1 − 1/{per_call:,.0f}): one batched copy instead of {per_call:,.0f}",
+        where=p.where(caller, [callee_name(e.callee) for e in edges]), command=demo("host_copy"))
 
 
-def update_ratio(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                 steps: tuple[int, str] | None) -> Finding | None:
+def update_ratio(ev: Evidence) -> Finding | None:
     """Many optimizer steps per env step (docs/bottlenecks.md §3)."""
+    p, steps = ev.p, ev.steps
     if p is None or steps is None:
         return None
     updates = _optimizer_steps(p)
     ratio = updates / steps[0]
-    backward = p.keys("backward", "torch/_tensor.py")
-    callers = p.user_callers(backward)
+    callers = _by_caller(p.edges(p.keys("backward", "torch/_tensor.py")))
     if ratio <= 4 or not callers:
         return None
-    update_fn = max(callers, key=lambda k: callers[k][0])
-    cum = p.cumtime(update_fn)
-    if cum < 0.2 * p.total:
-        return None
-    return Finding(
-        title="Many gradient updates per env step",
-        evidence=f"{updates:,} optimizer steps over {steps[0]:,} env steps ({steps[1]}): {ratio:.1f} per env step; "
-        f"{where(update_fn)} took {seconds_short(cum)} ({percent_short(cum / p.total)} of the script)",
-        fix=f"make 1–4 gradient updates per env step instead of {ratio:.0f} (or update every few steps)",
-        knob="train.train_ratio=4", command=demo("train.train_ratio=64"),
-        expected_gain="2–4× overall; fewer updates can change learning, so watch the score too",
-        est_saving_s=cum * (1 - 4 / ratio),
-        estimate=f"{where(update_fn)}'s {seconds_short(cum)} × (1 − 4/{ratio:.1f}): its measured cost per update, 4 "
-        f"updates per env step",
-        reference="docs/bottlenecks.md §3", where=where(update_fn),
-    )
+    update_fn = max(callers, key=lambda k: _total(callers[k])[0])
+    # The call site: where the loop calls the update (the update function itself when it holds the loop).
+    # The offending line is the loop that repeats the update: the innermost loop around its call.
+    holder, call = p.loop_site(update_fn)
+    if holder == update_fn:
+        call = p.line(update_fn, ["backward"])
+    line = p.sources.enclosing_loop(holder[0], call) or call
+    where = f"{short_file(holder[0])}:{line} ({holder[2]})"
+    charged = p.cumtime(update_fn)
+    return finding(
+        "update_ratio",
+        f"{updates:,} optimizer steps over {steps[0]:,} env steps ({steps[1]}): {ratio:.1f} per env step; the updates "
+        f"({update_fn[2]}, repeated by the loop at {where}) took {_share(p, charged)}",
+        charged * (1 - 1 / ratio),
+        f"the updates' measured {seconds_short(charged)} × (1 − 1/{ratio:.1f}): their cost per update, one update "
+        f"per env step", where=where, command=demo("update_ratio"), fix=f"1 update per env step instead of {ratio:.0f}")
 
 
-def target_copy_every_update(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                             steps: tuple[int, str] | None) -> Finding | None:
-    """``load_state_dict`` on (nearly) every update: a hard target copy (docs/bottlenecks.md §7)."""
+def target_copy(ev: Evidence) -> Finding | None:
+    """``load_state_dict`` / ``deepcopy`` of a network on (nearly) every update (docs/bottlenecks.md §7)."""
+    p = ev.p
     if p is None:
         return None
-    callers = p.user_callers(p.keys("load_state_dict", "torch/nn/modules/module.py"))
     updates = _optimizer_steps(p)
-    if not callers or updates < 10:
+    copies = p.edges(p.keys("load_state_dict", "torch/nn/modules/module.py") + p.keys("deepcopy", "copy.py"))
+    copies = [e for e in copies if e.callee[2] == "load_state_dict" or e.seconds > 0]
+    n, _ = _total(copies)
+    if updates < 10 or n < 0.5 * updates:
         return None
-    copies = sum(n for n, _ in callers.values())
-    seconds = sum(t for _, t in callers.values())
-    if copies < 0.5 * updates or seconds < 0.01 * p.total:
-        return None
-    top = max(callers, key=lambda k: callers[k][0])
-    return Finding(
-        title="The target network is copied on every update",
-        evidence=f"{where(top)} called load_state_dict {copies:,} times for {updates:,} optimizer steps; the copies took "
-        f"{seconds_short(seconds)} ({percent_short(seconds / p.total)} of the script)",
-        fix="copy the target network every N updates (e.g. 1,000), or update it in place with a soft update: "
-        "torch._foreach_lerp_(target_params, params, tau) under torch.no_grad()",
-        knob="agent.target_update=soft", command=demo("agent.target_update=hard"),
-        expected_gain="removes a state-dict copy per update (no figure reported)",
-        est_saving_s=seconds * (1 - 1 / 100),
-        estimate=f"the copies' {seconds_short(seconds)} × (1 − 1/100): one copy every 100 updates",
-        reference="docs/bottlenecks.md §7", where=where(top),
-    )
+    callers = {e.caller for e in copies}
+    # The state_dict() read that feeds each copy is part of it.
+    reads = [e for e in p.edges(p.keys("state_dict", "torch/nn/modules/module.py")) if e.caller in callers]
+    n_copies, seconds = _total(copies)
+    seconds += _total(reads)[1]
+    top = _top(copies)
+    return finding(
+        "target_copy",
+        f"{p.where(top.caller, top.callee)} copies a network {n_copies:,} times for {updates:,} optimizer steps; the "
+        f"copies took {_share(p, seconds)}",
+        seconds * (1 - 1 / 100),
+        f"the copies' measured {seconds_short(seconds)} (cProfile) × (1 − 1/100): one copy every 100 updates",
+        where=p.where(top.caller, top.callee), command=demo("target_copy"))
 
 
-def log_every_step(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                   steps: tuple[int, str] | None) -> Finding | None:
-    """``print``, ``logging`` or file writes every step (docs/bottlenecks.md §9)."""
-    if p is None or steps is None:
+def _bench_saving(seconds: float, bench: Mapping[str, Any] | None) -> float | None:
+    if not bench or not bench.get("slow_s") or not bench.get("fast_s"):
         return None
-    printing = p.keys(builtin="builtins.print")
-    logging_calls = [k for k in p.keys(path="logging/__init__.py") if k[2] in ("debug", "info", "warning", "log")]
-    writes = [k for k in p.keys(builtin="of '_io.") if ("'write'" in k[2] or "'flush'" in k[2])]
-    callers = p.user_callers(printing + logging_calls + writes)
-    n = sum(c for c, _ in callers.values())
-    seconds = sum(t for _, t in callers.values())
-    if not callers or n / steps[0] < 0.5 or seconds < 0.02 * p.total:
-        return None
-    top = max(callers, key=lambda k: callers[k][1])
-    return Finding(
-        title="Printing or logging every step",
-        evidence=f"{n:,} print/logging/write calls from your code over {steps[0]:,} steps ({steps[1]}): "
-        f"{n / steps[0]:.1f} per step, {seconds_short(seconds)} ({percent_short(seconds / p.total)} of the script); most "
-        f"from {where(top)}",
-        fix="log every 100 steps (accumulate on the device in between, read once per log: each .item() waits for "
-        "the GPU)",
-        knob="train.log_every=100", command=demo("train.log_every=1"),
-        expected_gain="small on a CPU (under 5%); on a GPU every read of a device value is a sync",
-        est_saving_s=seconds * (1 - 1 / 100),
-        estimate=f"the calls' {seconds_short(seconds)} × (1 − 1/100): one log every 100 steps",
-        reference="docs/bottlenecks.md §9", where=where(top),
-    )
+    return seconds * max(0.0, 1 - bench["fast_s"] / bench["slow_s"])
 
 
-def python_sampling(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                    steps: tuple[int, str] | None) -> Finding | None:
-    """Replay sampled in Python: ``random.sample`` and comprehensions building tensors (docs/bottlenecks.md §2)."""
+def _site_where(site: Mapping[str, Any]) -> str:
+    return f"{short_file(site['file'])}:{site['line']} ({site['function']})"
+
+
+def autograd_forward(ev: Evidence) -> Finding | None:
+    """Forwards that ran with grad enabled and whose graph no backward read (docs/bottlenecks.md §8)."""
+    best = None
+    for site in ev.hooks.get("forwards") or []:
+        grad = site["grad_calls"]
+        if grad < max(10, 0.5 * site["calls"]) or site["backward_reached"] >= 0.1 * grad:
+            continue
+        saving = _bench_saving(site["grad_seconds"], site.get("no_grad_bench"))
+        if best is None or (saving or 0.0) > (best[1] or 0.0):
+            best = (site, saving)
+    if best is None or (ev.p is not None and best[0]["grad_seconds"] < MIN_SHARE * ev.p.total):
+        return None
+    site, saving = best
+    bench = site.get("no_grad_bench") or {}
+    estimate = (f"the forwards' measured {seconds_short(site['grad_seconds'])} × (1 − {_time(bench['fast_s'])} / "
+                f"{_time(bench['slow_s'])}): the same module on the same inputs under inference_mode against with grad, "
+                f"micro-benchmarked after the script, median of {bench['repeats']} interleaved repeats"
+                if saving is not None else f"not measured ({bench.get('error', 'no micro-benchmark')}): at most part of "
+                f"the forwards' {seconds_short(site['grad_seconds'])}")
+    return finding(
+        "autograd_forward",
+        f"{_site_where(site)} ran a module {site['calls']:,} times, {site['grad_calls']:,} with grad enabled "
+        f"(torch.is_grad_enabled() read as each ran), and a backward pass reached {site['backward_reached']:,} of "
+        f"those graphs; the forwards took {seconds_short(site['grad_seconds'])}",
+        saving, estimate, where=_site_where(site), command=demo("autograd_forward"))
+
+
+def _time(seconds: float) -> str:
+    if seconds >= 0.1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def small_batch(ev: Evidence) -> Finding | None:
+    """A module called one sample at a time, many times per step (docs/bottlenecks.md §12)."""
+    steps = ev.steps
+    best = None
+    for site in ev.hooks.get("forwards") or []:
+        if site.get("batch") != 1:
+            continue
+        per_step = site["calls"] / steps[0] if steps else None
+        if (per_step is not None and per_step < 4) or (per_step is None and site["calls"] < 1000):
+            continue
+        bench = site.get("batch_bench")
+        saving = _bench_saving(site["seconds"], bench)
+        if best is None or (saving or 0.0) > (best[1] or 0.0):
+            best = (site, saving, per_step)
+    if best is None:
+        return None
+    site, saving, per_step = best
+    where, seconds = _per_sample_loop(ev, site)
+    bench = site.get("batch_bench") or {}
+    if seconds > site["seconds"] and saving is not None:  # the helper called per sample, not only its forward
+        saving = _bench_saving(seconds, bench)
+    estimate = (f"the per-sample calls' measured {seconds_short(seconds)} × (1 − {_time(bench['fast_s'])} / "
+                f"{_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
+                f"of one, the same module micro-benchmarked after the script" if saving is not None else
+                f"not measured ({bench.get('error', 'no micro-benchmark')})")
+    often = f", {per_step:,.0f} per step ({steps[1]})" if per_step is not None and steps else ""
+    return finding(
+        "small_batch",
+        f"{_site_where(site)} ran a module on one sample at a time {site['calls']:,} times{often}; the forwards took "
+        f"{seconds_short(site['seconds'])}", saving, estimate, where=where)
+
+
+def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> tuple[str, float]:
+    """The line that loops over samples -- the call site itself, or the first of your frames above it
+    whose line is inside a loop (a helper called once per sample) -- and the time of those calls
+    (cProfile's time of the helper called from there; the forwards' own time at the call site)."""
+    p = ev.p
+    if p is None:
+        return _site_where(site), site["seconds"]
+    frames = [(site["file"], site["line"], site["function"]), *(site.get("chain") or [])]
+    for i, (file, line, function) in enumerate(frames):
+        if p.sources.enclosing_loop(file, line) is None:
+            continue
+        seconds = site["seconds"]
+        if i > 0:  # the helper (the frame below) as called from this function
+            inner = frames[i - 1]
+            for key in p.keys(inner[2]):
+                if key[0] == inner[0]:
+                    seconds = max(seconds, sum(v[3] for c, v in p.raw[key][4].items() if c[0] == file and c[2] == function))
+        return f"{short_file(file)}:{line} ({function})", seconds
+    return _site_where(site), site["seconds"]
+
+
+def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
+                   keep: tuple[Callable[[int], float], str] | None = None, min_share: float = 0.1,
+                   site: Callable[[Edge], bool] = lambda e: True) -> Finding | None:
+    """The common form of a rule over library calls made from your code: their measured time is the
+    saving, less what the fix keeps (``keep``: the share kept as a function of the calls, and why),
+    charged to the costliest call site.
+    ``min_share``: the share of the script the calls must hold (a clean loop makes the same calls in
+    small doses: a render every few hundred episodes, a checkpoint at the end); ``site``: which call
+    sites count."""
+    p = ev.p
     if p is None:
         return None
-    drawing = p.keys("sample", "random.py") + p.keys("choices", "random.py") + p.keys(builtin="'choice' of")
-    building = (p.keys(builtin="torch.tensor") + p.keys(builtin="torch.stack") + p.keys(builtin="numpy.array")
-                + p.keys(builtin="numpy.core.multiarray.array") + p.keys("stack", "numpy/"))
-    comprehensions = [k for k in p.raw if k[2] in ("<listcomp>", "<genexpr>") and p.is_user(k)]
-    best = None
-    for fn in p.user_callers(drawing):
-        inner = [c for c in comprehensions if fn in p.raw[c][4]]
-        builds = p.calls_any(fn, building) or any(p.calls_any(c, building) for c in inner)
-        if not (inner and builds) or p.cumtime(fn) < 0.05 * p.total:
-            continue
-        if best is None or p.cumtime(fn) > p.cumtime(best):
-            best = fn
-    if best is None:
+    edges = [e for e in p.edges(keys, depth) if site(e)]
+    n, seconds = _total(edges)
+    if n < min_calls or not edges or seconds < min_share * p.total:
         return None
-    cum = p.cumtime(best)
-    return Finding(
-        title="Replay sampling runs in Python",
-        evidence=f"{where(best)} draws with random.sample/choices and builds its batch in a comprehension, "
-        f"{p.calls(best):,} calls, {seconds_short(cum)} ({percent_short(cum / p.total)} of the script)",
-        fix="keep the replay in preallocated arrays or tensors (one per field) and sample with one index draw "
-        "(torch.randint) and one gather per field",
-        knob="buffer.storage=tensor", command=demo("buffer.storage=list"),
-        expected_gain="removes the per-sample Python loop and copies (no figure reported)",
-        est_saving_s=None,
-        estimate=f"not measured: at most the function's {seconds_short(cum)}; the compare line measures the same fix "
-        f"on rlperf's own replay",
-        reference="docs/bottlenecks.md §2", where=where(best),
-    )
+    top = _top(edges)
+    kept = keep[0](n) if keep else 0.0
+    where = p.offending(top.caller, top.callee)
+    sites = len({(e.caller, e.callee) for e in edges})
+    names = ", ".join(sorted({callee_name(e.callee) + "()" for e in edges}))
+    return finding(
+        finding_id,
+        f"{what} ({names}): {n:,} calls{_per_step(n, ev.steps)} from {sites} call site(s) in your code took "
+        f"{_share(p, seconds)}; the costliest, {p.where(top.caller, top.callee)}, {seconds_short(top.seconds)}",
+        seconds * (1 - kept),
+        f"the calls' measured {seconds_short(seconds)} (cProfile, at their call sites)"
+        + (f" × (1 − {kept:.2g}): {keep[1]}" if keep else ": the fix takes them out of the loop"),
+        where=where, command=demo(finding_id))
 
 
-def autograd_forward(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                     steps: tuple[int, str] | None) -> Finding | None:
-    """Forward passes with autograd on outside the update (docs/bottlenecks.md §8)."""
+def checkpointing(ev: Evidence) -> Finding | None:
+    """torch.save / pickle / np.save in the loop (the checklist: checkpointing)."""
+    p = ev.p
+    if p is None:
+        return None
+    keys = (p.keys("save", "torch/serialization.py") + p.keys(builtin="_pickle.dump") + p.keys("dump", "pickle.py")
+            + p.keys("save", "numpy/") + p.keys("savez", "numpy/") + p.keys("save_file", "safetensors/"))
+    return _calls_charged(ev, "checkpointing", keys, "torch.save / pickle / np.save", depth=1, min_calls=3,
+                          keep=(lambda n: 1 / n, "one save kept, at the end"))
+
+
+def rendering(ev: Evidence) -> Finding | None:
+    """env.render() and frame drawing in the loop (the checklist: rendering)."""
+    p = ev.p
+    if p is None:
+        return None
+    keys = [k for k in p.keys("render") if "torch/" not in k[0]]
+    keys += [k for k in p.raw if not p.is_user(k) and any(
+        lib in k[0].replace(os.sep, "/") for lib in ("pygame/", "matplotlib/pyplot", "PIL/ImageDraw", "cv2"))]
+    keys += [k for k in p.raw if k[0] == "~" and any(s in k[2] for s in ("pygame.", "cv2."))]
+    return _calls_charged(ev, "rendering", keys, "render() and drawing calls")
+
+
+def env_reset(ev: Evidence) -> Finding | None:
+    """Env resets (or re-creations) that cost a large share of the loop (the checklist: env reset)."""
+    p = ev.p
+    if p is None:
+        return None
+    keys = [k for k in p.keys("reset") if not any(s in k[0].replace(os.sep, "/") for s in ("torch/", "/optim", "wrappers/"))]
+    keys += p.keys("make", "gymnasium/envs/registration.py") + p.keys("make", "gym/envs/registration.py")
+    keys += p.keys("make_vec", "gymnasium/")
+    keys += [k for k in p.keys("__init__") if p.is_user(k) and {"step", "reset"} <= p.sources.methods(k)]
+    # Envs made while building the vector env (a lambda, a constructor) are set-up, not the loop.
+    return _calls_charged(ev, "env_reset", keys, "env reset() / make() calls", min_calls=10, min_share=0.1,
+                          site=lambda e: e.caller[2] not in ("<lambda>", "__init__"))
+
+
+def busy_wait(ev: Evidence) -> Finding | None:
+    """Polling sleeps, spinning on a queue or flag, and lock waits in the loop (docs/bottlenecks.md §16)."""
+    p = ev.p
+    if p is None:
+        return None
+    keys = p.keys(builtin="time.sleep") + p.keys(builtin="'acquire' of '_thread")
+    for name, path in (("empty", "queue"), ("qsize", "queue"), ("poll", "multiprocessing/connection.py"),
+                       ("is_set", "threading.py"), ("wait", "threading.py")):
+        keys += p.keys(name, path)
+    return _calls_charged(ev, "busy_wait", keys, "sleep / poll / lock-wait calls", depth=1, min_calls=10, min_share=0.1)
+
+
+LOG_CALLS = (("debug", "info", "warning", "error", "critical", "log", "exception"), "logging/__init__.py")
+WRITERS = ("tensorboard/writer.py", "tensorboardX/writer.py", "wandb/")
+
+
+def logging_rule(ev: Evidence) -> Finding | None:
+    """print / logging / TensorBoard writes every step, with the reads that feed them (docs/bottlenecks.md §9)."""
+    p, steps = ev.p, ev.steps
     if p is None or steps is None:
         return None
-    forward = p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") or p.keys("_call_impl", "torch/nn/modules/")
-    backward = p.keys("backward", "torch/_tensor.py")
-    no_grad = p.keys("__enter__", "torch/autograd/grad_mode.py") + p.keys("__enter__", "torch/utils/_contextlib.py")
-    decorated = p.keys("decorate_context", "torch/utils/_contextlib.py")
+    keys = p.keys(builtin="builtins.print") + [k for k in p.keys(path=LOG_CALLS[1]) if k[2] in LOG_CALLS[0]]
+    keys += [k for k in p.raw if any(w in k[0].replace(os.sep, "/") for w in WRITERS) and k[2].startswith(("add_", "log"))]
+    keys += [k for k in p.keys(builtin="of '_io.") if "'write'" in k[2] or "'flush'" in k[2]]
+    logs = p.edges(keys)
+    n_logs, _ = _total(logs)
+    if n_logs / steps[0] < 0.5:
+        return None
+    # The reads of device values that go with the logs: .item()/.tolist() and tensor formatting in the
+    # same functions, at most a few per log call.
+    loggers = {e.caller for e in logs}
+    reads = [e for e in p.edges(_tensor_methods(p, ("item", "tolist", "__format__", "__repr__"))
+                                + p.keys("__format__", "torch/_tensor.py") + p.keys("__repr__", "torch/_tensor.py"))
+             if e.caller in loggers]
+    n_reads, read_s = _total(reads)
+    if n_reads > 4 * n_logs:
+        read_s *= 4 * n_logs / n_reads
+        n_reads = 4 * n_logs
+    seconds = _total(logs)[1] + read_s
+    top = _top(logs)
+    where = p.where(top.caller, top.callee)
+    return finding(
+        "logging",
+        f"{n_logs:,} print/logging/writer calls{_per_step(n_logs, steps)} and {n_reads:,} reads of tensor values for "
+        f"them took {_share(p, seconds)}; the costliest call site is {where}",
+        seconds * (1 - 1 / 100),
+        f"the log calls' and their reads' measured {seconds_short(seconds)} (cProfile, at their call sites) × "
+        f"(1 − 1/100): one log every 100 steps", where=where, command=demo("logging"))
+
+
+_DRAWS = (("sample", "random.py"), ("choices", "random.py"), ("shuffle", "random.py"))
+_DRAW_BUILTINS = ("'choice' of", "'randint' of", "'integers' of", "'permutation' of")
+_BUILDS = ("torch.tensor", "torch.stack", "torch.cat", "numpy.array", "numpy.asarray", "numpy.core.multiarray.array",
+           "numpy.stack", "numpy.concatenate", "torch.as_tensor", "torch.from_numpy")
+
+
+def replay_sampling(ev: Evidence) -> Finding | None:
+    """Replay sampled in Python: a draw, then the batch built element by element (docs/bottlenecks.md §2)."""
+    p = ev.p
+    if p is None:
+        return None
+    draws = [k for name, path in _DRAWS for k in p.keys(name, path)]
+    draws += [k for b in _DRAW_BUILTINS for k in p.keys(builtin=b)]
+    building = [k for b in _BUILDS for k in p.keys(builtin=b)] + p.keys("stack", "numpy/")
     best = None
-    for fn, (_calls, t) in p.user_callers(forward).items():
-        if p.calls_any(fn, backward) or p.calls(fn) < 0.5 * steps[0] or t < 0.03 * p.total:
+    for e in p.edges(draws):
+        fn = e.caller
+        if fn == p.loop_holder():
             continue
-        scope = {fn, *p.user_ancestors(fn)}
-        if any(p.calls_any(k, no_grad) for k in scope) or any(k in decorated for k in p.raw[fn][4]):
-            continue  # under no_grad/inference_mode somewhere above (or cannot tell): say nothing
-        if any(p.calls_any(k, backward) for k in p.user_ancestors(fn, depth=1)):
-            continue  # called from the update itself
-        if best is None or t > best[1]:
-            best = (fn, t)
+        inner = [k for k, _, _ in p.callees.get(fn, []) if k[2] in ("<listcomp>", "<genexpr>") or p.is_user(k)]
+        looped = any(d >= 1 for d, _, _ in p.sources.loops(fn)) or bool(inner)
+        builds = p.calls_any(fn, building) or any(p.calls_any(c, building) for c in inner)
+        if not (looped and builds):
+            continue
+        if best is None or p.cumtime(fn) > p.cumtime(best[0]):
+            best = (fn, e.callee)
     if best is None:
         return None
-    fn, seconds = best
-    return Finding(
-        title="Forward passes record autograd graphs nobody uses",
-        evidence=f"{where(fn)} runs the network {p.calls(fn):,} times ({steps[1]}: {steps[0]:,}) outside the update, with "
-        f"no torch.no_grad()/inference_mode() around it; those forwards took {seconds_short(seconds)} "
-        f"({percent_short(seconds / p.total)} of the script)",
-        fix="select actions under torch.inference_mode() (decorate the function, or wrap the call)",
-        knob="agent.inference=no_grad", command=demo("agent.inference=grad"),
-        expected_gain="select runs without building a graph (no figure reported)",
-        est_saving_s=None,
-        estimate=f"not measured: part of the forwards' {seconds_short(seconds)}; the compare line measures the same fix "
-        f"on rlperf's own network",
-        reference="docs/bottlenecks.md §8", where=where(fn),
-    )
+    fn, draw = best
+    cum = p.cumtime(fn)
+    return finding(
+        "replay_sampling",
+        f"{fn[2]} ({p.where(fn, draw)}) draws the batch in Python and builds it element by element (a comprehension or "
+        f"loop, then an array per field), {p.calls(fn):,} calls, {_share(p, cum)}",
+        cum * 0.9,
+        f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
+        f"about a tenth", where=p.loop_where(fn), command=demo("replay_sampling"))
 
 
-def gc_pauses(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-              steps: tuple[int, str] | None) -> Finding | None:
-    """Garbage-collector pauses (docs/bottlenecks.md §13)."""
-    if not gc or float(gc.get("share_of_loop") or 0.0) < 0.05:
+def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
+    """Calls made in a loop over items: many per call of the caller, and many per step."""
+    return e.calls / max(1, p.calls(e.caller)) >= 16 and (steps is None or e.calls / steps[0] >= 16)
+
+
+_TRANSFERS = ("to", "cpu", "cuda", "numpy", "pin_memory")
+
+
+def device_transfer(ev: Evidence) -> Finding | None:
+    """Host<->device (or array<->tensor) copies every step (the checklist: transfers and syncs)."""
+    p = ev.p
+    if p is None:
+        return None
+    keys = _tensor_methods(p, _TRANSFERS) + p.keys(builtin="torch.tensor") + p.keys(builtin="torch.as_tensor")
+    keys += [k for k in p.raw if k[0] == "~" and "'Tensor'" in k[2] and "new" in k[2]]
+    # A per-item loop of host copies is host_copy's; what is left is copies per step.
+    host_copies = set(_tensor_methods(p, HOST_COPIES))
+    return _calls_charged(ev, "device_transfer", keys, "tensor conversions and device copies",
+                          min_share=0.1, site=lambda e: not (e.callee in host_copies and _per_item(p, e, ev.steps)))
+
+
+def gc_pauses(ev: Evidence) -> Finding | None:
+    """Garbage-collector pauses (docs/bottlenecks.md §13), at the allocation that triggered most of them."""
+    gc, p = ev.gc, ev.p
+    if not gc or float(gc.get("share_of_loop") or 0.0) < MIN_SHARE:
         return None
     n = gc.get("collections") or {}
     seconds = float(gc.get("total_s") or 0.0)
-    return Finding(
-        title="Garbage-collector pauses",
-        evidence=f"{gc.get('total_collections', 0):,} collections (gen0 {n.get('gen0', 0):,}, gen1 {n.get('gen1', 0):,}, "
-        f"gen2 {n.get('gen2', 0):,}) took {seconds_short(seconds)}, {percent_short(float(gc['share_of_loop']))} of the "
-        f"script, longest pause {float(gc.get('max_pause_ms') or 0):.1f} ms (gc.callbacks)",
-        fix="call gc.freeze() once setup is done (or gc.disable() around the loop), and avoid creating reference "
-        "cycles per step",
-        knob="train.gc=freeze", command=demo("train.gc=on"),
-        expected_gain="removes the periodic pauses (no figure reported)",
-        est_saving_s=seconds, estimate=f"the collector's measured {seconds_short(seconds)}",
-        reference="docs/bottlenecks.md §13",
-    )
+    where = _gc_site(gc, p)
+    return finding(
+        "gc_pauses",
+        f"{gc.get('total_collections', 0):,} collections (gen0 {n.get('gen0', 0):,}, gen1 {n.get('gen1', 0):,}, gen2 "
+        f"{n.get('gen2', 0):,}) took {seconds_short(seconds)}, {percent_short(float(gc['share_of_loop']))} of the script, "
+        f"longest pause {float(gc.get('max_pause_ms') or 0):.1f} ms (gc.callbacks)"
+        + (f"; the allocations that triggered most of that time are at {where}" if where else ""),
+        seconds, f"the collector's measured {seconds_short(seconds)}: the fix runs no full collections in the loop",
+        where=where, command=demo("gc_pauses"))
 
 
-def threads(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-            steps: tuple[int, str] | None) -> Finding | None:
+def _gc_site(gc: Mapping[str, Any], p: ScriptProfile | None) -> str | None:
+    """The line of your code whose allocations triggered the most collector time."""
+    if p is None:
+        return None
+    by_line: dict[tuple[str, int, str], float] = defaultdict(float)
+    for trigger in gc.get("triggers") or []:
+        for file, line, function in trigger["frames"]:
+            if p.own(file):
+                by_line[(file, line, function)] += float(trigger["total_s"])
+                break
+    if not by_line:
+        return None
+    file, line, function = max(by_line, key=lambda k: by_line[k])
+    return f"{short_file(file)}:{line} ({function})"
+
+
+def threads(ev: Evidence) -> Finding | None:
     """More compute threads than free CPUs (docs/bottlenecks.md §14)."""
-    system = record.get("system") or {}
+    p = ev.p
+    system = ev.record.get("system") or {}
     n = int(system.get("torch_threads") or 0)
-    load = (record.get("profile") or {}).get("load") or {}
+    load = (ev.record.get("profile") or {}).get("load") or {}
     cpus = float(load.get("cpus") or effective_cpus())
     busy = float(load.get("loadavg_1m") or 0.0)
     if p is None or n <= 1 or not (n > cpus or busy > cpus + 0.5):
         return None
     compute = p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py")
-    seconds = sum(t for _, t in p.user_callers(compute).values())
-    if seconds < 0.2 * p.total:
+    compute += [k for k in p.keys("step", "torch/optim/") if "lr_scheduler" not in k[0]]
+    _, seconds = _total(p.edges(compute))
+    setters = p.edges(p.keys(builtin="set_num_threads"))
+    # Compute in the profiled thread, or a thread count your code set beyond the CPUs (its work may run
+    # in threads cProfile does not see: a thread pool's).
+    if seconds < 0.2 * p.total and not (setters and n > cpus):
         return None
     fewer = max(1, math.floor(cpus)) if n > cpus else 1
     why = (f"{n} torch threads on {cpus:g} usable CPUs" if n > cpus else
            f"{n} torch threads while the load average was {busy:.1f} on {cpus:g} CPUs")
-    return Finding(
-        title="More compute threads than free CPUs",
-        evidence=f"{why}; forward and backward passes took {seconds_short(seconds)} ({percent_short(seconds / p.total)} "
-        f"of the script): threads that lose their CPU stall the others at every parallel op",
-        fix=f"torch.set_num_threads({fewer}) (and OMP_NUM_THREADS={fewer}) at the start of the script",
-        knob=f"run.threads={fewer}", command=demo("run.threads=0"),
-        expected_gain="less contention and steadier timings (no figure reported)",
-        est_saving_s=None, estimate="not measured: depends on the other processes; the compare line measures it on "
-        "rlperf's loop",
-        reference="docs/bottlenecks.md §14",
-    )
+    bench = ev.hooks.get("threads_bench")
+    saving = _bench_saving(seconds, bench)
+    estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × (1 − {_time(bench['fast_s'])} / "
+                f"{_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
+                f"{bench['threads']} threads, micro-benchmarked after the script" if saving is not None and bench else
+                "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
+    where = p.where(setters[0].caller, setters[0].callee) if setters else _busiest_site(ev)
+    return finding(
+        "threads", f"{why}" + (f", set at {where}" if setters else "") + f"; forward and backward passes and optimizer "
+        f"steps in the profiled thread took {_share(p, seconds)}", saving, estimate,
+        where=where, knob=f"run.threads={fewer}", command=demo("threads"), fix=f"{fewer} thread(s)")
 
 
-def envs_one_by_one(record: Mapping[str, Any], p: ScriptProfile | None, gc: Mapping[str, Any] | None,
-                    steps: tuple[int, str] | None) -> Finding | None:
+def _busiest_site(ev: Evidence) -> str | None:
+    sites = ev.hooks.get("forwards") or []
+    return _site_where(max(sites, key=lambda s: s["seconds"])) if sites else None
+
+
+def env_backend(ev: Evidence) -> Finding | None:
     """Single envs stepped one by one in Python (docs/bottlenecks.md §5)."""
+    p = ev.p
     if p is None:
         return None
     single = [k for k in p.keys("step") if "gymnasium/vector/" not in k[0].replace(os.sep, "/") and "torch/" not in
               k[0].replace(os.sep, "/")]
-    best = None
     sync = p.keys("step", "gymnasium/vector/sync_vector_env.py")
+    best = None
     candidates = [(k, p.calls(k), p.cumtime(k)) for k in sync]
-    candidates += [(caller, p.calls(caller), p.cumtime(caller)) for caller in p.user_callers(single)]
-    timed = (record.get("totals") or {}).get("vector_steps")
+    candidates += [(e.caller, p.calls(e.caller), p.cumtime(e.caller)) for e in p.edges(single)]
+    timed = (ev.record.get("totals") or {}).get("vector_steps")
     for fn, calls, cum in candidates:
         inner = sum(nc for k, nc, _ in p.callees.get(fn, []) if k in single)
         # Several single-env steps per iteration of the loop: per call of a vector env, or of a helper
         # called every iteration, or (the loop itself, called once) per step the phase timer counted.
         per_iteration = inner / calls if "sync_vector_env" in fn[0] or calls >= 2 else (inner / timed if timed else 0)
-        if not calls or per_iteration < 4 or cum < 0.2 * p.total:
+        if not calls or per_iteration < 4 or cum < 0.3 * p.total:
             continue
         if best is None or cum > best[2]:
             best = (fn, per_iteration, cum)
     if best is None:
         return None
     fn, per_call, cum = best
-    what = "gymnasium's SyncVectorEnv" if "sync_vector_env" in fn[0] else where(fn)
-    return Finding(
-        title="Envs are stepped one by one in Python",
-        evidence=f"{what} steps {per_call:.0f} single envs per iteration, {p.calls(fn):,} calls, {seconds_short(cum)} "
-        f"({percent_short(cum / p.total)} of the script)",
-        fix="step all envs in one batched call: the env's vector entry point (gymnasium.make_vec(id, num_envs=N, "
-        "vectorization_mode='vector_entry_point')), or AsyncVectorEnv to step them in parallel processes",
-        knob="env.backend=tensor", command=demo("env.backend=gym-sync"),
-        expected_gain="a batched env steps every env in one call (no figure reported; rlperf's own target is ≥ 100× "
-        "SyncVectorEnv at 256 boards)",
-        est_saving_s=None,
-        estimate=f"not measured: at most the loop's {seconds_short(cum)}; the compare line measures the same fix on "
-        f"rlperf's own env",
-        reference="docs/bottlenecks.md §5", where=None if "sync_vector_env" in fn[0] else where(fn),
-    )
+    if "sync_vector_env" in fn[0]:
+        sites = p.edges([fn], depth=2)
+        where = p.where(_top(sites).caller, _top(sites).callee) if sites else None
+        what = "gymnasium's SyncVectorEnv"
+    else:
+        where = p.where(fn, "step")
+        what = where
+    return finding(
+        "env_backend",
+        f"{what} steps {per_call:.0f} single envs per iteration, {p.calls(fn):,} calls, {_share(p, cum)}",
+        cum * (1 - 1 / per_call),
+        f"the loop over envs' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
+        f"what one env's step costs", where=where, command=demo("env_backend"))
+
+
+# -- Python loops over elements: preprocessing, reward shaping, or a hot spot --------------------
+
+_WORDS = {
+    "preprocessing": ("obs", "observation", "frame", "pixel", "image", "img", "gray", "grey", "resize", "downsample",
+                      "preprocess", "normalize", "normalise", "crop", "one_hot", "onehot", "encode", "action"),
+    "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
+}
+_ENV_METHODS = ("step", "reset", "__init__", "render")
+
+
+def _classify(text: str, name: str) -> str | None:
+    """preprocessing or reward_shaping by the words of the code (the function's name counts thrice)."""
+    lowered = text.lower()
+    scores = {kind: sum(lowered.count(w) for w in words) + 3 * sum(w in name.lower() for w in words)
+              for kind, words in _WORDS.items()}
+    kind = max(scores, key=lambda k: scores[k])
+    return kind if scores[kind] > 0 and scores[kind] >= 2 * min(scores.values()) else None
+
+
+def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
+    """Your functions (or the loop's own body) whose time is a Python loop over elements: classified
+    by what the code handles as preprocessing or reward shaping (the checklist), else left to
+    :func:`hot_spot`."""
+    p = ev.p
+    if p is None:
+        return []
+    holder = p.loop_holder()
+    named = {f.where.rsplit(" ", 1)[-1] + f.where.split(":", 1)[0] for f in found if f.where}
+    loops_found: list[Finding] = []
+    heavy = {k for k in p.raw if k[2] in ("backward", "_wrapped_call_impl") or "torch/optim/" in k[0]}
+    # A loop that steps the env is the step loop (a rollout), not a loop over elements.
+    stepping = {k for k in p.raw if "step" in k[2].lower() and not any(
+        w in k[2].lower() for w in ("train", "update", "optim", "learn", "grad")) and "torch/" not in k[0]}
+    for fn in [k for k in p.raw if p.is_user(k)]:
+        if (fn[2].startswith("<") and fn[2] != "<module>") or f"({fn[2]})" + short_file(fn[0]) in named:
+            continue  # a comprehension (counted in its function), or a function another rule named
+        if fn != holder and p.calls_any(fn, stepping):
+            continue
+        loops = p.sources.loops(fn)
+        if not loops:
+            continue
+        # The function's own Python time: its bytecode, its comprehensions' and the builtins both call,
+        # not the networks, updates or your other functions they call.
+        comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
+        own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
+            ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, []) if k[0] == "~" and k not in heavy)
+        # less what cProfile added for the calls the loop made
+        own = max(0.0, own - p.call_cost * sum(nc for f in (fn, *comprehensions) for _, nc, _ in p.callees.get(f, [])))
+        if fn == holder:
+            # Loops over elements inside the step loop, itself often inside an episode loop: the body of
+            # an episode loop over steps is the script's own work, not a loop over elements.
+            loops = [lp for lp in loops if lp[0] >= 3]
+            if not loops:
+                continue
+        # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
+        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.25) * p.total:
+            continue
+        depth, line, text = loops[0]
+        kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
+        if kind is None:
+            continue
+        inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
+        where = inner if fn == holder else p.loop_where(fn)
+        if any(f.where == where for f in [*found, *loops_found]):
+            continue  # the call another rule named (a render() drawing pixel by pixel is rendering)
+        loops_found.append(finding(
+            kind,
+            f"{inner}: a Python loop (nested {depth} deep) over elements, {percent_short(own / p.total)} of the script in "
+            f"the function's own Python time ({seconds_short(own)}, cProfile)",
+            own * 0.9,
+            f"the loop's measured Python time {seconds_short(own)} × 0.9: one array operation over the batch keeps "
+            f"about a tenth", where=where))
+    return loops_found
+
+
+_WAITING = ("multiprocessing/", "/queue.py", "/threading.py", "concurrent/", "/selectors.py", "/subprocess.py")
+
+
+_RLPERF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
+    """When no rule fired: the place (your function, or a library call from it) holding the most of
+    the script beyond the network's own work, if it holds :data:`HOT_SHARE`."""
+    p = ev.p
+    if p is None or found:
+        return None
+    holder = p.loop_holder()
+    expected = set(p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py"))
+    expected |= {k for k in p.keys("step", "torch/optim/")}
+    best: tuple[str, float, str] | None = None
+    best_fn: Key | None = None  # a library call from the hot function is part of it
+    for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
+        if fn[2] in _ENV_METHODS or p.subtree(fn) & expected:
+            continue
+        sites = [e for e in p.edges([fn]) if e.caller != fn]
+        cum = _total(sites)[1] if sites else p.cumtime(fn)
+        # Concentrated: the function's own Python time in a loop of its own holds the share (array
+        # arithmetic written with operators is own time too, but a vectorized function has no loop;
+        # one running the whole episode through numpy holds everything, and nothing) ...
+        kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
+        # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor).
+        concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
+        hot = (p.python_time(fn) >= HOT_SHARE * p.total and p.sources.loops(fn)) or (
+            concentrated and cum >= HOT_SHARE * p.total)
+        if hot and (best is None or cum > best[1]):
+            inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
+            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
+            best_fn = fn
+    for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
+        # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
+        # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
+        # rlperf's own calls in the script (PhaseTimer.step_done(), a phase) are the instrument's, not the loop's.
+        if (e.callee[2] in _ENV_METHODS or e.caller[2] in _ENV_METHODS or e.callee[2].startswith("<")
+                or e.callee[0].startswith(_RLPERF_DIR)
+                or (e.caller[2].startswith("<") and e.caller[2] != "<module>") or e.caller == best_fn
+                or any(w in k[0].replace(os.sep, "/") for k in p.subtree(e.callee, 3) for w in _WAITING)
+                or p.subtree(e.callee) & expected):
+            continue
+        if e.seconds >= LIBRARY_HOT_SHARE * p.total and (best is None or e.seconds > best[1]):
+            best = (p.offending(e.caller, e.callee), e.seconds,
+                    f"the library call {callee_name(e.callee)}() (from {p.where(e.caller, e.callee)}), made")
+    if best is None:
+        return None
+    where, seconds, what = best
+    return finding(
+        "hot_spot",
+        f"{what} at {where} holds {_share(p, seconds)}, and no rule of the checklist explains it",
+        seconds, f"at most its measured {seconds_short(seconds)} (cProfile, at the call site): what a fix that removes "
+        f"or vectorizes the work could save", where=where)
 
 
 SCRIPT_RULES: tuple[ScriptRule, ...] = (
-    host_copy_loop,
+    host_copy,
     update_ratio,
-    target_copy_every_update,
-    log_every_step,
-    python_sampling,
+    target_copy,
+    logging_rule,
+    replay_sampling,
     autograd_forward,
+    small_batch,
+    device_transfer,
+    env_reset,
+    rendering,
+    checkpointing,
+    busy_wait,
     gc_pauses,
     threads,
-    envs_one_by_one,
+    env_backend,
 )
 
 
+def alone_factor(record: Mapping[str, Any], calls: CallStats | None, hooks: Mapping[str, Any] | None) -> float:
+    """The share of the profiled time the script takes alone: 1 − cProfile's own cost (its recorded
+    calls × its cost per call, measured in the script's process) over the script's wall time."""
+    cost = ((hooks or {}).get("profiler_cost") or {}).get("per_call_s")
+    wall = float((record.get("script") or {}).get("wall_s") or 0.0)
+    if calls is None or cost is None or wall <= 0:
+        return 1.0
+    return 1.0 - min(0.7, calls.total_calls * float(cost) / wall)
+
+
 def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mapping[str, Any] | None,
-                  steps: tuple[int, str] | None) -> list[Finding]:
-    """Every script rule that fires: estimated savings first, biggest first, then the others."""
-    profile = ScriptProfile(calls) if calls is not None else None
-    findings = [f for rule in SCRIPT_RULES if (f := rule(record, profile, gc, steps)) is not None]
+                  steps: tuple[int, str] | None, hooks: Mapping[str, Any] | None = None) -> list[Finding]:
+    """Every script rule that fires: estimated savings first, biggest first, then the others. A saving
+    below :data:`MIN_SHARE` of the script's time drops the finding; ``hot_spot`` comes only when
+    nothing else fired. Savings are in seconds of the script alone: each call site's profiled
+    seconds less cProfile's cost for the calls recorded beneath it, as the estimate states."""
+    cost = float(((hooks or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
+    profile = ScriptProfile(calls, call_cost=cost) if calls is not None else None
+    ev = Evidence(record, profile, gc, steps, hooks or {})
+    findings = [f for rule in SCRIPT_RULES if (f := rule(ev)) is not None]
+    findings += python_loops(ev, findings)
+    if profile is not None:
+        floor = MIN_SHARE * profile.total
+        # Measured facts, not patterns: forwards that recorded unused graphs, threads set beyond the CPUs,
+        # are named even when the micro-benchmark finds the cost small (the saving says how small).
+        findings = [_clamped(f, profile.total) for f in findings
+                    if f.est_saving_s is None or f.est_saving_s >= floor or f.id in ("autograd_forward", "threads")]
+    spot = hot_spot(ev, findings)
+    findings += [_clamped(spot, profile.total)] if spot and profile is not None else []
+    if cost:
+        findings = [replace(f, estimate=f"{f.estimate}; cProfile's own cost ({cost * 1e6:.2g} µs per recorded call) "
+                            f"left out") if f.est_saving_s is not None else f for f in findings]
     measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0,
                       reverse=True)
     return measured + [f for f in findings if f.est_saving_s is None]
+
+
+def _clamped(f: Finding, total: float) -> Finding:
+    """A saving is never more than the time it is charged against (each rule clamps to its call
+    sites' time; this is the last guard: the script's time)."""
+    if f.est_saving_s is not None and f.est_saving_s > total:
+        return replace(f, est_saving_s=total)
+    return f

@@ -252,7 +252,13 @@ class GcMonitor:
     Collections that run while a module is being imported (a lazy ``import torch._dynamo`` inside
     the first optimizer, say) are one-time start-up costs: they are counted apart, in
     ``during_imports``, and left out of the other figures.
+
+    A collection starts on an allocation, so the Python frames running when it starts are the code
+    that churns objects: ``triggers`` keeps the innermost few frames of each collection (file,
+    line, function), with the count and seconds of the collections they triggered.
     """
+
+    TRIGGER_FRAMES = 8
 
     def __init__(self) -> None:
         self.collections = [0, 0, 0]
@@ -262,13 +268,24 @@ class GcMonitor:
         self.max_s = 0.0
         self.wall_s = 0.0
         self.importing = [0, 0.0]  # collections and seconds while importing
+        self.triggers: dict[tuple[tuple[str, int, str], ...], list[float]] = {}
         self._t0 = 0.0
+        self._stack: tuple[tuple[str, int, str], ...] = ()
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
+            frames: list[tuple[str, int, str]] = []
+            frame: Any = sys._getframe(1)
+            while frame is not None and len(frames) < self.TRIGGER_FRAMES:
+                frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                frame = frame.f_back
+            self._stack = tuple(frames)
             self._t0 = perf_counter()
             return
         seconds = perf_counter() - self._t0
+        trigger = self.triggers.setdefault(self._stack, [0, 0.0])
+        trigger[0] += 1
+        trigger[1] += seconds
         if _importing():
             self.importing[0] += 1
             self.importing[1] += seconds
@@ -291,6 +308,14 @@ class GcMonitor:
             gc.callbacks.remove(self._callback)
 
     def to_dict(self) -> dict[str, Any]:
+        # A snapshot taken while the script runs: a collection during the sort would add to the triggers.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            triggers = sorted(self.triggers.items(), key=lambda kv: -kv[1][1])[:20]
+        finally:
+            if enabled:
+                gc.enable()
         return {
             "collections": {f"gen{i}": n for i, n in enumerate(self.collections)},
             "seconds": {f"gen{i}": s for i, s in enumerate(self.seconds)},
@@ -301,6 +326,8 @@ class GcMonitor:
             "loop_wall_s": self.wall_s,
             "share_of_loop": self.total_s / self.wall_s if self.wall_s > 0 else 0.0,
             "during_imports": {"collections": self.importing[0], "total_s": self.importing[1]},
+            "triggers": [{"frames": [list(f) for f in stack], "collections": int(n), "total_s": t}
+                         for stack, (n, t) in triggers],
         }
 
 

@@ -292,7 +292,7 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
                   skipped: str | None) -> dict[str, Any]:
     """Run the script's child and build its record in ``run_dir`` (the files the run left, the advisor's findings)."""
     from rlperf.external import _now as now
-    from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
+    from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
 
     started = now()
     with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
@@ -322,9 +322,11 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
     calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None
     steps = script_steps(record, calls) or (loop_iterations(ScriptProfile(calls)) if calls is not None else None)
     record["script"]["steps"] = {"count": steps[0], "basis": steps[1]} if steps else None
-    findings = advise_script(record, calls, child["gc"], steps)
+    section["evidence"] = child.get("evidence") or {}  # the forward hooks' figures and cProfile's cost per call
+    findings = advise_script(record, calls, child["gc"], steps, section["evidence"])
     # Savings are shares of the script's own work: its profiled time without imports.
-    worked = ScriptProfile(calls).total if calls is not None else child["wall_s"]
+    worked = (ScriptProfile(calls).total * alone_factor(record, calls, section["evidence"]) if calls is not None
+              else child["wall_s"])
     section["advisor"] = {"findings": [f.as_dict() for f in findings],
                           "none": None if findings else "no finding: none of the checklist's bottlenecks showed in "
                           "this script's profile",
@@ -338,8 +340,6 @@ def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
     functions without a ``step`` method): in your function that runs once and holds most of the
     script's time, the call count most of its callees share (a loop body calls its parts once per
     iteration), the larger on a tie. None when no two callees share a count."""
-    from rlperf.instruments.foreign import where
-
     for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1), key=p.cumtime, reverse=True):
         if p.cumtime(fn) < 0.5 * p.total:
             break
@@ -348,7 +348,7 @@ def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
             continue
         count, callees = max(shared.items(), key=lambda item: (item[1], item[0]))
         if callees >= 2:
-            return count, f"iterations of the loop in {where(fn)} ({callees} functions it calls ran {count:,} times each)"
+            return count, f"iterations of the loop in {p.where(fn)} ({callees} functions it calls ran {count:,} times each)"
     return None
 
 

@@ -70,11 +70,11 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
         if f.get("where"):
             head.append(f" — in {f['where']}")
         parts += [head, Text(f"   evidence: {f['evidence']}"), Text(f"   fix: {f['fix']}")]
+        expected = f"   expected: {f['expected_gain']}; see {f['reference']}"
         if f.get("knob"):
-            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"),
-                                       f"   expected: {f['expected_gain']} ({f['reference']})"))
+            parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), expected))
         else:
-            parts.append(Text(f"   expected: {f['expected_gain']} ({f['reference']})"))
+            parts.append(Text(expected))
         parts.append(Text(f"   estimate: {f['estimate']}"))
         if f.get("command"):
             parts.append(Text.assemble("   verify: ", (f["command"], "cyan")))
@@ -234,10 +234,29 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
         else:
             console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
     _pyspy_and_gc_lines(console, p, "the script")
+    overhead = script_overhead_line(record)
+    if overhead:
+        console.print(overhead, highlight=False, soft_wrap=True, markup=False)
     _artifacts_and_findings(console, record, p)
     if not quiet or record["status"] != "completed":
         print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
               f"{record['run_dir']}", file=sys.stderr)
+
+
+def script_overhead_line(record: Mapping[str, Any]) -> str | None:
+    """What profiling cost a script: cProfile's recorded calls times its cost per call, measured in the
+    script's own process after it ended, against the script's wall time (an estimate: the script
+    is not run twice)."""
+    p = record["profile"]
+    cost = ((p.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s")
+    calls = (p.get("cprofile") or {}).get("total_calls")
+    wall = float((record.get("script") or {}).get("wall_s") or 0.0)
+    if cost is None or calls is None or wall <= 0:
+        return None
+    spent = min(calls * cost, 0.9 * wall)
+    return (f"instrument overhead (estimated): cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each, about "
+            f"{seconds_short(spent)} of the script's {seconds_short(wall)}: ×{wall / (wall - spent):.2f} its time alone; "
+            f"the advisor's savings leave that cost out")
 
 
 def _pyspy_and_gc_lines(console: Any, p: Mapping[str, Any], of: str) -> None:

@@ -1,0 +1,288 @@
+"""Evidence cProfile cannot give, recorded inside the profiled script's process.
+
+Every top-level ``nn.Module`` call (a module called by your code, not by another module) is
+recorded by its call site -- the line of your code that made it: how often it ran, with grad mode
+on or off (``torch.is_grad_enabled()``, read as it ran), whether a backward pass later reached its
+output (a hook on the output's ``grad_fn``), its time, and the batch size of its first input. When
+the script ends, the same module is micro-benchmarked on the same inputs: the forward with grad
+against it under ``torch.inference_mode()`` (for call sites whose graphs no backward read), and
+one forward on the stacked batch against one per sample (for call sites fed one sample at a
+time). :mod:`rlperf.instruments.foreign` turns these figures into findings.
+
+Cheap by design: two Python hooks per module call and a frame walk per top-level call. Nothing
+here imports torch: it is installed only when the script has imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+REPEATS = 5
+"""Interleaved repeats of each micro-benchmark (the median is kept)."""
+BENCH_BUDGET_S = 0.5
+"""Wall time all the micro-benchmarks together may take at the script's end."""
+
+
+class Site:
+    """One line of your code that calls a module."""
+
+    __slots__ = ("args", "backward_reached", "batch", "calls", "chain", "file", "function", "grad_calls", "grad_seconds",
+                 "line", "module", "seconds")
+
+    def __init__(self, file: str, line: int, function: str) -> None:
+        self.file, self.line, self.function = file, line, function
+        self.chain: list[tuple[str, int, str]] = []  # your frames above this line, innermost first
+        self.calls = self.grad_calls = self.backward_reached = 0
+        self.seconds = self.grad_seconds = 0.0
+        self.batch: int | None = None
+        self.module: Any = None
+        self.args: tuple[Any, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "function": self.function, "calls": self.calls,
+                "grad_calls": self.grad_calls, "backward_reached": self.backward_reached, "seconds": self.seconds,
+                "grad_seconds": self.grad_seconds, "batch": self.batch, "chain": [list(f) for f in self.chain]}
+
+
+class Forwards:
+    """The forward hooks: call sites of top-level module calls, keyed by (file, line)."""
+
+    def __init__(self, is_user: Callable[[str], bool]) -> None:
+        self.is_user = is_user
+        self.sites: dict[tuple[str, int], Site] = {}
+        self.stack: list[tuple[Site | None, float]] = []
+        self.handles: list[Any] = []
+
+    def install(self, torch: Any) -> None:
+        hooks = torch.nn.modules.module
+        self.torch = torch
+        self.handles = [hooks.register_module_forward_pre_hook(self._pre), hooks.register_module_forward_hook(self._post)]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def _site(self) -> Site | None:
+        frame: Any = sys._getframe(3)  # _pre <- _call_impl <- _wrapped_call_impl <- the caller
+        for _ in range(12):
+            if frame is None:
+                return None
+            code = frame.f_code
+            if self.is_user(code.co_filename):
+                key = (code.co_filename, frame.f_lineno)
+                site = self.sites.get(key)
+                if site is None:
+                    site = self.sites[key] = Site(code.co_filename, frame.f_lineno, code.co_name)
+                    site.chain = self._chain(frame.f_back)
+                return site
+            frame = frame.f_back
+        return None
+
+    def _chain(self, frame: Any, depth: int = 4) -> list[tuple[str, int, str]]:
+        """Your frames above a call site (the first time it is seen): where the loop calls it."""
+        chain: list[tuple[str, int, str]] = []
+        for _ in range(16):
+            if frame is None or len(chain) >= depth:
+                break
+            if self.is_user(frame.f_code.co_filename):
+                chain.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back
+        return chain
+
+    def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        if self.stack:  # a submodule of a module already being called
+            self.stack.append((None, 0.0))
+            return
+        site = self._site()
+        if site is not None and site.module is None:
+            site.module, site.args = module, args
+            first: Any = args[0] if args else None
+            ndim = getattr(first, "ndim", 0)
+            site.batch = int(first.shape[0]) if ndim >= 2 else 1 if ndim == 1 else None
+        self.stack.append((site, time.perf_counter()))
+
+    def _post(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if not self.stack:
+            return
+        site, started = self.stack.pop()
+        if site is None:
+            return
+        seconds = time.perf_counter() - started
+        site.calls += 1
+        site.seconds += seconds
+        if self.torch.is_grad_enabled() and not self.torch.is_inference_mode_enabled():
+            site.grad_calls += 1
+            site.grad_seconds += seconds
+            out = output[0] if isinstance(output, (tuple, list)) and output else output
+            node = getattr(out, "grad_fn", None)
+            if node is not None:
+                node.register_prehook(lambda grads, s=site: _reached(s))
+
+    def collect(self) -> dict[str, Any]:
+        """Every call site, with the micro-benchmarks of the two fixes where they apply."""
+        self.remove()
+        out = []
+        deadline = time.perf_counter() + BENCH_BUDGET_S
+        for site in sorted(self.sites.values(), key=lambda s: -s.seconds):
+            entry = site.as_dict()
+            if site.module is not None and time.perf_counter() < deadline:
+                if site.grad_calls and site.backward_reached < 0.1 * site.grad_calls:
+                    entry["no_grad_bench"] = _guarded(self._bench_no_grad, site)
+                if site.batch == 1:
+                    entry["batch_bench"] = _guarded(self._bench_batch, site)
+            out.append(entry)
+        found: dict[str, Any] = {"forwards": out}
+        threads, cpus = self.torch.get_num_threads(), _cpus()
+        busiest = max((s for s in self.sites.values() if s.module is not None), key=lambda s: s.seconds, default=None)
+        if threads > cpus and busiest is not None:
+            found["threads_bench"] = _guarded(self._bench_threads, busiest, max(1, int(cpus)))
+        return found
+
+    def _bench_threads(self, site: Site, fewer: int) -> dict[str, Any]:
+        """The busiest call site's forward (and backward, where its graph was used) with the script's
+        threads against ``fewer``."""
+        torch = self.torch
+        threads = torch.get_num_threads()
+        backward = site.backward_reached > 0
+
+        def work() -> None:
+            with torch.enable_grad():
+                out = site.module(*site.args)
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                if backward and getattr(out, "requires_grad", False):
+                    out.float().sum().backward()
+
+        def slow() -> None:
+            torch.set_num_threads(threads)
+            work()
+
+        def fast() -> None:
+            torch.set_num_threads(fewer)
+            work()
+
+        try:
+            result = _interleaved(slow, fast, calls=10)
+        finally:
+            torch.set_num_threads(threads)
+        return result | {"threads": threads, "fewer": fewer, "site": f"{site.file}:{site.line}"}
+
+    def _bench_no_grad(self, site: Site) -> dict[str, Any]:
+        torch = self.torch
+
+        def slow() -> None:
+            with torch.enable_grad():
+                site.module(*site.args)
+
+        def fast() -> None:
+            with torch.inference_mode():
+                site.module(*site.args)
+
+        return _interleaved(slow, fast)
+
+    def _bench_batch(self, site: Site) -> dict[str, Any]:
+        torch = self.torch
+        n = 32
+        first, rest = site.args[0], site.args[1:]
+        single = first if first.ndim >= 2 else first.unsqueeze(0)
+        stacked = torch.cat([single] * n)
+
+        def slow() -> None:
+            with torch.inference_mode():
+                for _ in range(n):
+                    site.module(first, *rest)
+
+        def fast() -> None:
+            with torch.inference_mode():
+                site.module(stacked, *rest)
+
+        result = _interleaved(slow, fast)
+        result["n"] = n
+        return result
+
+
+def profiler_cost(calls: int = 20_000) -> dict[str, Any]:
+    """What cProfile adds to one function call here: a loop of calls timed with a profiler on and off
+    (median of 5), so the report can say how much of the run's time the profile itself cost."""
+    import cProfile
+
+    def work() -> int:
+        return len(())
+
+    def timed(profiled: bool) -> float:
+        profiler = cProfile.Profile()
+        if profiled:
+            profiler.enable()
+        started = time.perf_counter()
+        for _ in range(calls):
+            work()
+        seconds = time.perf_counter() - started
+        if profiled:
+            profiler.disable()
+        return seconds
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(5):
+        for profiled in (False, True):
+            times[profiled].append(timed(profiled))
+    on, off = (sorted(times[k])[2] for k in (True, False))
+    return {"per_call_s": max(0.0, on - off) / (2 * calls), "calls": 2 * calls}
+
+
+def _reached(site: Site) -> None:
+    site.backward_reached += 1
+
+
+def _cpus() -> float:
+    from rlperf.instruments.advisor import effective_cpus
+
+    return effective_cpus()
+
+
+def _guarded(bench: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    try:
+        return bench(*args)
+    except Exception as exc:  # the module needs more than the recorded inputs: no figure, said why
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int = 20) -> dict[str, Any]:
+    """Median seconds per call of each form over :data:`REPEATS` interleaved repeats (after one warm-up)."""
+    slow()
+    fast()
+    times: dict[str, list[float]] = {"slow_s": [], "fast_s": []}
+    for _ in range(REPEATS):
+        for name, fn in (("slow_s", slow), ("fast_s", fast)):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - started) / calls)
+    return {name: sorted(v)[len(v) // 2] for name, v in times.items()} | {"repeats": REPEATS}
+
+
+_FORWARDS: Forwards | None = None
+
+
+def install(kind: str, name: str) -> None:
+    """Install the forward hooks for a script (``kind`` "script", ``name`` its path) or a module
+    (``kind`` "module"), when it has imported torch (a no-op otherwise): your code is what lives
+    under the script's folder or the working directory, as in the profile's tables."""
+    global _FORWARDS
+    from rlperf.instruments.profilers import user_code
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    root = os.path.dirname(os.path.abspath(name)) if kind == "script" else os.getcwd()
+    _FORWARDS = Forwards(user_code([root, os.getcwd()]))
+    _FORWARDS.install(torch)
+
+
+def collect() -> dict[str, Any]:
+    """What the hooks recorded (none when torch was never imported), and what a profiled call costs."""
+    found = _FORWARDS.collect() if _FORWARDS is not None else {}
+    return found | {"profiler_cost": profiler_cost()}

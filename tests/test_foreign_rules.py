@@ -1,0 +1,386 @@
+"""The checklist's rules on scripts written here, each planting one bottleneck, and a clean twin.
+
+Each script runs in this process under the instruments ``rlperf profile -- python SCRIPT`` uses
+(cProfile, the GC monitor, the forward hooks of rlperf.instruments.evidence), then the foreign
+advisor reads them: the planted bottleneck must be named first, at the planted line (the line
+marked ``# planted``), with a saving no larger than the script's time; the clean twin gets nothing.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import runpy
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlperf.instruments import evidence
+from rlperf.instruments.catalogue import CATALOGUE, Finding, reference, section_for
+from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
+from rlperf.instruments.profilers import CallStats, GcMonitor, user_code
+
+ENV = """
+import numpy as np
+
+class Env:
+    def __init__(self, n=16):
+        self.n = n
+        self.rng = np.random.default_rng(0)
+        self.state = np.zeros((n, 8), np.float32)
+
+    def reset(self):
+        self.state[:] = 0
+        return self.state.copy()
+
+    def step(self, actions):
+        self.state += self.rng.normal(0, 0.1, self.state.shape).astype(np.float32)
+        return self.state.copy(), np.ones(self.n, np.float32), np.zeros(self.n, bool)
+"""
+
+
+def advise(tmp_path: Path, body: str) -> tuple[list[Finding], float, int]:
+    """Run ENV + ``body`` as train.py under the instruments; (findings, script seconds, planted line)."""
+    source = textwrap.dedent(ENV) + textwrap.dedent(body)
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    planted = next((i for i, line in enumerate(source.splitlines(), 1) if "# planted" in line), 0)
+    own = user_code([tmp_path])
+    forwards = evidence.Forwards(own)
+    forwards.install(torch)
+    monitor, profiler = GcMonitor(), cProfile.Profile()
+    threads = torch.get_num_threads()
+    try:
+        with monitor.running():
+            profiler.enable()
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            finally:
+                profiler.disable()
+    finally:
+        hooks = forwards.collect()
+        torch.set_num_threads(threads)
+    calls = CallStats(pstats.Stats(profiler), own=own)
+    record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}}}
+    findings = advise_script(record, calls, monitor.to_dict(), script_steps(record, calls), hooks)
+    return findings, ScriptProfile(calls).total, planted
+
+
+def check_first(findings: list[Finding], total: float, planted: int, finding_id: str) -> Finding:
+    assert findings, f"no finding; expected {finding_id}"
+    first = findings[0]
+    assert first.id == finding_id, [(f.id, f.where) for f in findings]
+    assert first.where is not None and first.where.startswith(f"train.py:{planted} ("), (first.where, planted)
+    assert first.title == CATALOGUE[finding_id].title and first.reference == reference(finding_id)
+    for f in findings:
+        assert f.est_saving_s is None or 0 <= f.est_saving_s <= total, (f.id, f.est_saving_s, total)
+    return first
+
+
+LOOP = """
+env = Env()
+obs = env.reset()
+for t in range({steps}):
+    obs, reward, done = env.step(None)
+"""
+
+
+def test_a_clean_loop_gets_no_finding(tmp_path: Path) -> None:
+    body = """
+    import torch
+    q = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(q.parameters())
+    env = Env()
+    obs = env.reset()
+    for t in range(150):
+        with torch.no_grad():
+            actions = q(torch.from_numpy(obs)).argmax(1)
+        obs, reward, done = env.step(actions.numpy())
+        loss = q(torch.from_numpy(obs)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if t % 100 == 0:
+            print(t, loss.item())
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
+
+
+def test_checkpointing_every_step_is_named_at_the_save(tmp_path: Path) -> None:
+    body = """
+    import pickle, io
+    weights = {i: np.ones(2000) for i in range(40)}
+    env = Env()
+    for t in range(200):
+        env.step(None)
+        pickle.dump(weights, io.BytesIO())  # planted
+    """
+    f = check_first(*advise(tmp_path, body), "checkpointing")
+    assert "dump()" in f.evidence and "200 calls" in f.evidence and "one save kept" in f.estimate
+
+
+def test_rendering_in_the_loop_is_named_at_the_render_call(tmp_path: Path) -> None:
+    body = """
+    class Drawn(Env):
+        def render(self):
+            frame = np.zeros((48, 48, 3), np.uint8)
+            for y in range(48):
+                frame[y, : y] = 255
+            return frame.sum()
+
+    env = Drawn()
+    for t in range(300):
+        env.step(None)
+        env.render()  # planted
+    """
+    check_first(*advise(tmp_path, body), "rendering")
+
+
+def test_per_pixel_preprocessing_is_named_where_the_loop_calls_it(tmp_path: Path) -> None:
+    body = """
+    def preprocess(frame):
+        out = np.zeros((24, 24), np.float32)
+        for y in range(24):
+            for x in range(24):
+                out[y, x] = frame[2 * y, 2 * x].mean() / 255.0
+        return out
+
+    env = Env()
+    for t in range(60):
+        env.step(None)
+        preprocess(np.ones((48, 48, 3)))  # planted
+    """
+    check_first(*advise(tmp_path, body), "preprocessing")
+
+
+def test_reward_shaping_in_a_python_loop_is_named(tmp_path: Path) -> None:
+    body = """
+    def shaped_reward(state, reward):
+        shaped = reward.copy()
+        for i in range(len(state)):
+            for j in range(8):
+                shaped[i] += 0.01 * abs(float(state[i, j])) - 0.001
+        return shaped
+
+    env = Env(64)
+    for t in range(60):
+        state, reward, done = env.step(None)
+        shaped_reward(state, reward)  # planted
+    """
+    check_first(*advise(tmp_path, body), "reward_shaping")
+
+
+def test_logging_counts_the_reads_that_feed_the_prints(tmp_path: Path) -> None:
+    body = """
+    import io, torch
+    sink = io.StringIO()
+    stats = torch.randn(64, 64)
+    env = Env()
+    for t in range(400):
+        env.step(None)
+        print(t, stats.mean().item(), stats.std().item(), stats.max().item(), stats.tolist()[:4], file=sink)  # planted
+    """
+    f = check_first(*advise(tmp_path, body), "logging")
+    assert "reads of tensor values" in f.evidence and "1,600 reads" in f.evidence, f.evidence
+
+
+def test_forwards_with_grad_and_no_backward_are_named_at_the_call_and_not_under_no_grad(tmp_path: Path) -> None:
+    body = """
+    import torch
+    q = torch.nn.Sequential(torch.nn.Linear(8, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                            torch.nn.Linear(256, 2))
+    def act(obs):
+        return q(torch.from_numpy(obs)).argmax(1)  # planted
+
+    env = Env(256)
+    obs = env.reset()
+    for t in range(150):
+        obs, reward, done = env.step(act(obs))
+    """
+    f = check_first(*advise(tmp_path, body), "autograd_forward")
+    assert "150 with grad enabled" in f.evidence and "reached 0" in f.evidence
+    assert "inference_mode against with grad" in f.estimate
+    clean = body.replace("return q(", "with torch.no_grad():\n            return q(")
+    (tmp_path / "clean").mkdir()
+    findings, _, _ = advise(tmp_path / "clean", clean)
+    assert not [f for f in findings if f.id == "autograd_forward"], [(f.id, f.where) for f in findings]
+
+
+def test_one_sample_forwards_are_named_with_a_measured_batch_saving(tmp_path: Path) -> None:
+    body = """
+    import torch
+    q = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    env = Env(32)
+    obs = torch.from_numpy(env.reset())
+    for t in range(60):
+        with torch.no_grad():
+            actions = [q(obs[i]).argmax() for i in range(32)]  # planted
+        obs = torch.from_numpy(env.step(actions)[0])
+    """
+    f = check_first(*advise(tmp_path, body), "small_batch")
+    assert "32 per step" in f.evidence and "32 stacked samples" in f.estimate
+
+
+def test_polling_sleeps_are_busy_waiting(tmp_path: Path) -> None:
+    body = """
+    import time
+    env = Env()
+    ready = 0
+    for t in range(100):
+        env.step(None)
+        while ready < t:
+            time.sleep(0.0005)  # planted
+            ready += 0.5
+    """
+    check_first(*advise(tmp_path, body), "busy_wait")
+
+
+def test_resetting_every_step_is_named(tmp_path: Path) -> None:
+    body = """
+    class Slow(Env):
+        def reset(self):
+            self.state[:] = np.linalg.inv(np.eye(150) + 0.01).sum()
+            return self.state.copy()
+
+    env = Slow()
+    for t in range(150):
+        env.step(None)
+        env.reset()  # planted
+    """
+    check_first(*advise(tmp_path, body), "env_reset")
+
+
+def test_tensors_rebuilt_from_host_arrays_every_step_are_transfers(tmp_path: Path) -> None:
+    body = """
+    import torch
+    history = np.random.default_rng(0).standard_normal((200_000, 8)).astype(np.float32)
+    env = Env()
+    for t in range(150):
+        env.step(None)
+        table = torch.tensor(history)  # planted
+    """
+    check_first(*advise(tmp_path, body), "device_transfer")
+
+
+def test_a_hot_spot_no_rule_knows_is_never_a_clean_bill(tmp_path: Path) -> None:
+    body = """
+    import math
+
+    def mystery(t):
+        return sum(math.sin(i * t) for i in range(3000))
+
+    env = Env()
+    for t in range(150):
+        env.step(None)
+        mystery(t)  # planted
+    """
+    findings, total, planted = advise(tmp_path, body)
+    assert [f.id for f in findings] == ["hot_spot"], [(f.id, f.where) for f in findings]
+    f = findings[0]
+    assert f.where == f"train.py:{planted} (<module>)" and "your function mystery" in f.evidence
+    assert f.est_saving_s is not None and f.est_saving_s <= total and "at most" in f.estimate
+
+
+CATALOGUE_DOC = Path(__file__).resolve().parents[1] / "rlperf" / "docs" / "bottlenecks.md"
+
+
+def test_the_catalogue_covers_the_checklist_with_sections_and_references() -> None:
+    checklist = ["replay_sampling", "host_copy", "update_ratio", "target_copy", "autograd_forward", "small_batch",
+                 "device_transfer", "env_reset", "rendering", "reward_shaping", "preprocessing", "gc_pauses", "logging",
+                 "checkpointing", "busy_wait", "threads", "hot_spot"]
+    assert set(checklist) <= set(CATALOGUE)
+    assert section_for("host_copy") == 1 and section_for("logging") == 9 and section_for("rendering") is None
+    assert section_for("no_such_id") is None
+    assert reference("target_copy") == "docs/bottlenecks.md §7 (rlperf explain 7)"
+    assert reference("checkpointing") == "docs/bottlenecks.md (rlperf explain checkpointing)"
+    sections = {int(line.split("§")[1].split()[0]) for line in CATALOGUE_DOC.read_text().splitlines()
+                if line.startswith("## §")}
+    assert {b.section for b in CATALOGUE.values() if b.section is not None} <= sections
+    for b in CATALOGUE.values():
+        assert (b.knob is None) == (b.slow is None) or b.id == "small_batch_gpu"
+
+
+@pytest.mark.parametrize("finding_id", sorted(CATALOGUE))
+def test_every_catalogue_entry_reads_as_a_sentence(finding_id: str) -> None:
+    b = CATALOGUE[finding_id]
+    assert b.title and b.cost and b.fix and b.expected_gain and not b.fix.endswith(".")
+
+
+def test_an_env_built_every_episode_is_an_env_reset_at_the_construction(tmp_path: Path) -> None:
+    body = """
+    class Built(Env):
+        def __init__(self, n=16):
+            super().__init__(n)
+            self.table = np.linalg.inv(np.eye(120) + 0.01)
+
+    for episode in range(40):
+        env = Built()  # planted
+        env.reset()
+        for t in range(5):
+            env.step(None)
+    """
+    check_first(*advise(tmp_path, body), "env_reset")
+
+
+def test_one_sample_forwards_through_a_helper_point_at_the_loop_over_samples(tmp_path: Path) -> None:
+    body = """
+    import torch
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+
+    def policy(x):
+        return net(x).argmax(-1)
+
+    env = Env(32)
+    obs = torch.from_numpy(env.reset())
+    for t in range(60):
+        actions = []
+        with torch.no_grad():
+            for i in range(32):
+                actions.append(policy(obs[i : i + 1]))  # planted
+        obs = torch.from_numpy(env.step(actions)[0])
+    """
+    check_first(*advise(tmp_path, body), "small_batch")
+
+
+def test_a_function_called_under_another_name_is_found_at_its_call(tmp_path: Path) -> None:
+    body = """
+    def bonus_loops(state):
+        total = 0.0
+        for row in state:
+            for value in row:
+                total += 0.01 * abs(float(value))
+        return total
+
+    def bonus_fast(state):
+        return 0.01 * float(np.abs(state).sum())
+
+    def main(fixed=False):
+        bonus = bonus_fast if fixed else bonus_loops
+        env = Env(64)
+        shaped = bonus(env.reset())
+        for t in range(60):
+            state, reward, done = env.step(None)
+            shaped = reward + bonus(state)  # planted
+        return shaped
+
+    main()
+    """
+    check_first(*advise(tmp_path, body), "reward_shaping")
+
+
+def test_a_helper_whose_one_library_call_holds_the_loop_is_a_hot_spot(tmp_path: Path) -> None:
+    body = """
+    def spread(points):
+        return float(np.linalg.svd(points, compute_uv=False).sum())
+
+    points = np.random.default_rng(0).standard_normal((300, 300))
+    env = Env()
+    for t in range(60):
+        env.step(None)
+        spread(points)  # planted
+    """
+    f = check_first(*advise(tmp_path, body), "hot_spot")
+    assert "your function spread" in f.evidence
