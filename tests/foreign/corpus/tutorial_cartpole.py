@@ -34,7 +34,7 @@ EPS_START = 0.9
 EPS_END = 0.05
 EPS_DECAY = 200
 LR = 1e-4
-OPTIMIZE_EVERY = 64
+OPTIMIZE_EVERY = 128
 TARGET_EVERY = 500
 CAPACITY = 10000
 
@@ -115,7 +115,7 @@ def optimize_model():
     optimizer.step()
 
 
-total_steps = int(1500 * args.scale)
+total_steps = int(2000 * args.scale)
 episode_durations = []
 while steps_done < total_steps:
     state, info = env.reset(seed=len(episode_durations))
