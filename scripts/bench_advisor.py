@@ -221,9 +221,10 @@ def print_report(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
               f"worst {summary['overhead_worst']:.2f}x")
 
 
-def calibrate(cases: list[dict[str, Any]], repeats: int) -> None:
-    """Planted vs fixed alone at scale 1.0, interleaved; fills each case's ``calibration``."""
-    for case in cases:
+def calibrate(cases: list[dict[str, Any]], selected: list[dict[str, Any]], repeats: int, write: bool) -> None:
+    """Planted vs fixed alone at scale 1.0, interleaved; fills each selected case's ``calibration``
+    and, with ``write``, stores the manifest after each case (a long calibration keeps what it measured)."""
+    for case in selected:
         planted, fixed = [], []
         for _ in range(repeats):
             planted.append(run_alone(case["file"], 1.0, fixed=False))
@@ -233,6 +234,8 @@ def calibrate(cases: list[dict[str, Any]], repeats: int) -> None:
                                "repeats": repeats, "date": time.strftime("%Y-%m-%d"),
                                "load_1m": round(os.getloadavg()[0], 1)}
         print(f"{case['file']:<26} planted {p:6.2f}s  fixed {f:6.2f}s  ratio {p / f:5.2f}", flush=True)
+        if write:
+            write_manifest(cases)
 
 
 def _toml_value(value: Any) -> str:
@@ -277,9 +280,7 @@ def main() -> None:
     if unknown:
         parser.error(f"not in the manifest: {', '.join(sorted(unknown))}")
     if args.calibrate:
-        calibrate(selected, max(args.repeats, 3))
-        if args.write:
-            write_manifest(cases)
+        calibrate(cases, selected, max(args.repeats, 3), args.write)
         return
     rows = []
     for case in selected:

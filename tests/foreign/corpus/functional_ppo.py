@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 DEVICE = torch.device("cpu")
-SECTORS = 32
+SECTORS = 96
 FIELDS = {"position": 2, "velocity": 2, "goal": 2, "last_action": 4, "time": 1, **{f"lidar_{k}": 2 for k in range(SECTORS)}}
 OBS_DIM = sum(FIELDS.values())
 
@@ -87,12 +87,13 @@ def rollout_slow(params, state, rng, gen, n_steps):
             logp = F.log_softmax(logits, -1)[action]
         a, lp, v = action.cpu().numpy(), logp.cpu().numpy(), value.cpu().numpy()  # planted: device_transfer
         state, reward, done = env_step(state, int(a), rng)
+        r, d = torch.tensor(reward).to(DEVICE), torch.tensor(float(done)).to(DEVICE)  # planted: device_transfer
         obs_l.append(obs.cpu().numpy())
         act_l.append(a)
         logp_l.append(lp)
         val_l.append(v)
-        rew_l.append(reward)
-        done_l.append(done)
+        rew_l.append(r.cpu().numpy())
+        done_l.append(d.cpu().numpy())
     batch = [torch.tensor(np.array(x), dtype=dt).to(DEVICE) for x, dt in
              ((obs_l, torch.float32), (act_l, torch.long), (logp_l, torch.float32), (val_l, torch.float32),
               (rew_l, torch.float32), (done_l, torch.float32))]
@@ -145,7 +146,7 @@ def update(params, opt, batch, epochs=2):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--fixed", action="store_true")
     args = parser.parse_args()

@@ -85,7 +85,7 @@ def main() -> None:
                        np.array([dones[i].item()]), [{}])
         obs = next_obs
 
-        if step >= 10 and step % 4 == 0:
+        if step >= 10 and step % 8 == 0:
             batch = rb.sample(256)
             with torch.no_grad():
                 next_q = target(batch.next_observations).max(1).values

@@ -1,8 +1,8 @@
-"""Reinforcement Learning (DQN) Tutorial, adapted: CartPole with a small transformer over the
-last eight observations, in the PyTorch tutorial's style (globals, select_action, optimize_model).
+"""Reinforcement Learning (DQN) Tutorial, adapted: a recurrent Q-network (a GRU over the last 48
+observations) on CartPole, in the PyTorch tutorial's style (globals, select_action, optimize_model).
 
 Planted (autograd_forward): select_action calls the policy net with grad mode on, so every action
-records an autograd graph (and the transformer cannot take its inference fast path).
+records an autograd graph through the GRU (which also leaves its fused inference kernel).
 ``--fixed`` wraps the call in ``torch.no_grad()`` as the tutorial does.
 """
 import argparse
@@ -27,14 +27,14 @@ env = gym.make("CartPole-v1")
 device = torch.device("cpu")
 
 Transition = namedtuple("Transition", ("state", "action", "next_state", "reward", "done"))
-HISTORY = 8
+HISTORY = 48
 BATCH_SIZE = 32
 GAMMA = 0.99
 EPS_START = 0.9
 EPS_END = 0.05
-EPS_DECAY = 300
+EPS_DECAY = 200
 LR = 1e-4
-OPTIMIZE_EVERY = 64
+OPTIMIZE_EVERY = 128
 TARGET_EVERY = 500
 CAPACITY = 10000
 
@@ -65,21 +65,19 @@ class ReplayMemory:
 
 
 class DQN(nn.Module):
-    def __init__(self, n_observations, n_actions, d_model=32):
+    def __init__(self, n_observations, n_actions, hidden=128):
         super().__init__()
-        self.embed = nn.Linear(n_observations, d_model)
-        layer = nn.TransformerEncoderLayer(d_model, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)
-        self.head = nn.Linear(d_model, n_actions)
+        self.gru = nn.GRU(n_observations, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, n_actions)
 
     def forward(self, x):
-        return self.head(self.encoder(self.embed(x))[:, -1])
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
 
 
 n_actions = env.action_space.n
 n_observations = env.observation_space.shape[0]
 policy_net = DQN(n_observations, n_actions).to(device)
-policy_net.eval()  # dropout is 0: eval mode only lets inference take the fused path
 target_net = DQN(n_observations, n_actions).to(device)
 target_net.load_state_dict(policy_net.state_dict())
 target_net.eval()
@@ -117,7 +115,7 @@ def optimize_model():
     optimizer.step()
 
 
-total_steps = int(4000 * args.scale)
+total_steps = int(2000 * args.scale)
 episode_durations = []
 while steps_done < total_steps:
     state, info = env.reset(seed=len(episode_durations))
