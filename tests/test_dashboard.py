@@ -33,3 +33,19 @@ def test_first_update_draws_even_just_after_boot(monkeypatch, capsys) -> None:
     board = Dashboard(100, "episodes", enabled=True, plain_every_s=3600)
     board.update(3, SNAPSHOT)
     assert capsys.readouterr().err.count("episodes 3") == 1
+
+
+def test_a_run_shows_which_env_kernel_and_update_form_it_took(tmp_path, capsys) -> None:
+    """The dashboard's first line says what the record's env and update sections say, and why."""
+    import json
+
+    from conftest import run_cli
+
+    code, _, err = run_cli(["train", "--config", "smoke", "--steps", "1500", "--set", "train.update=torch", "--out",
+                            str(tmp_path)], capsys)
+    assert code == 0, err
+    record = json.loads(next(tmp_path.glob("*/run.json")).read_text())
+    heading = err.splitlines()[0]
+    assert heading == (f"env kernel {record['env']['kernel']}: {record['env']['reason']}  ·  "
+                       f"update torch: {record['update']['reason']}")
+    assert err.count("update torch:") == 1  # once, not on every plain line

@@ -22,9 +22,11 @@ class Dashboard:
     """Shows a run's progress; ``update`` is cheap to call often (it throttles itself)."""
 
     def __init__(
-        self, total: int, unit: str, enabled: bool = True, refresh_s: float = 0.5, plain_every_s: float = 10.0
+        self, total: int, unit: str, enabled: bool = True, refresh_s: float = 0.5, plain_every_s: float = 10.0,
+        heading: str | None = None,
     ) -> None:
         self.total, self.unit, self.enabled = total, unit, enabled
+        self.heading = heading  # shown once above the bar: which forms of the knobs this run took, and why
         self.console = Console(stderr=True)
         self.live_mode = enabled and self.console.is_terminal
         self.refresh_s = refresh_s if self.live_mode else plain_every_s
@@ -43,10 +45,12 @@ class Dashboard:
         self._task = self._bar.add_task("train", total=total)
         self._stats = Text("")
         self._live: Live | None = None
+        self._plain_lines = 0
 
     def __enter__(self) -> Dashboard:
         if self.live_mode:
-            self._live = Live(Group(self._bar, self._stats), console=self.console, refresh_per_second=4, transient=False)
+            parts: list[Any] = ([Text(self.heading, style="dim")] if self.heading else []) + [self._bar, self._stats]
+            self._live = Live(Group(*parts), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
 
@@ -88,6 +92,9 @@ class Dashboard:
             self._bar.update(self._task, completed=min(done, self.total))
             self._stats.plain = line
         else:
+            if self.heading and self._plain_lines == 0:
+                self.console.print(self.heading, highlight=False, markup=False, soft_wrap=True)
+            self._plain_lines += 1
             self.console.print(
                 f"[{min(done, self.total):,}/{self.total:,} {self.unit}] {line}", highlight=False, soft_wrap=True
             )

@@ -30,6 +30,7 @@ from rlperf.run.signals import StopSignal, exit_code
 
 if TYPE_CHECKING:
     from rlperf.dqn import Progress
+    from rlperf.env.plan import EnvPlan
 
 @dataclass(kw_only=True)
 class RunCore:
@@ -59,10 +60,11 @@ class RunCore:
     @classmethod
     def open(cls, *, cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory,
              stop: StopSignal, new_dir: bool, show: bool, resumed: Progress | None = None,
-             resumable: bool = True) -> RunCore:
+             resumable: bool = True, heading: str | None = None) -> RunCore:
         """Reset the memory peaks, hold the record's space back, write ``config.toml`` and open
         ``metrics.csv`` (a resume first tidies what a killed run left after its checkpoint). A disk
-        error here, before the first step, leaves nothing of a new run."""
+        error here, before the first step, leaves nothing of a new run. ``heading``: the dashboard's first
+        line (:func:`forms_line`)."""
         rss_scope = reset_peak_memory(device)
         reserve: SpaceReserve | None = None
         try:
@@ -83,7 +85,7 @@ class RunCore:
                    resumed_at=resumed.env_steps if resumed is not None else None, resumable=resumable,
                    rss_scope=rss_scope, reserve=reserve, metrics=metrics,
                    checkpoints=CheckpointWriter(run_dir / CHECKPOINT_NAME, resumed),
-                   board=Dashboard(total, unit, enabled=show))
+                   board=Dashboard(total, unit, enabled=show, heading=heading))
 
     def log(self, p: Progress, wall: float, window: Window | None, phase_totals: dict[str, float],
             shares: Callable[[], dict[str, float]] | None = None, extra: Callable[[], str] | None = None) -> dict[str, Any]:
@@ -145,6 +147,12 @@ class RunCore:
     def result(self, record: dict[str, Any]) -> RunResult:
         """The run's result: its directory, its record and the exit code its status and signal give."""
         return RunResult(self.run_dir, record, exit_code(record["status"], self.stop.signum))
+
+
+def forms_line(env: EnvPlan, update: tuple[str, str]) -> str:
+    """The dashboard's heading: which env kernel and update form this run took, and why (as the record's
+    ``env`` and ``update`` sections and the summary say)."""
+    return f"env kernel {env.kernel or env.backend}: {env.reason}  ·  update {update[0]}: {update[1]}"
 
 
 def with_detail(exc: DiskError, detail: str, record: dict[str, Any] | None = None,

@@ -75,7 +75,7 @@ from rlperf.run.actors import (
 )
 from rlperf.run.async_record import LearnerStats, async_metrics, async_phases, async_section, async_table, metrics_line
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
-from rlperf.run.core import RunCore
+from rlperf.run.core import RunCore, forms_line
 from rlperf.run.files import SCHEMA, make_run_dir
 from rlperf.run.janitor import Janitor
 from rlperf.run.record import RunHistory, build_record, now
@@ -250,7 +250,7 @@ def async_run(cfg: Config, out: str | Path, name: str | None, command: list[str]
         run_dir = make_run_dir(out, name, prefix=kind)
         history = RunHistory(started_at=now(), command=list(command or sys.argv), device=str(device))
         core = RunCore.open(cfg=cfg, device=device, run_dir=run_dir, kind=kind, history=history, stop=stop,
-                            new_dir=True, show=show, resumable=False)
+                            new_dir=True, show=show, resumable=False, heading=forms_line(env_plan, agent.update_form))
         janitor = Janitor()
         segment_id = segment_name(new_run_id(), "run")
         janitor.shm(segment_id)  # told first: a kill from here on still removes it

@@ -63,7 +63,7 @@ from rlperf.run.checkpoint import (
     unrecorded_finish,
 )
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
-from rlperf.run.core import RunCore
+from rlperf.run.core import RunCore, forms_line
 from rlperf.run.files import (
     CHECKPOINT_NAME, RECORD_NAME, RESERVE_BYTES, check_run_name, lock_run_dir, make_run_dir, read_record,
 )
@@ -174,7 +174,8 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         run_dir = make_run_dir(out, name, prefix=kind)  # only once everything was accepted
         held.callback(os.close, lock_run_dir(run_dir))
     core = RunCore.open(cfg=cfg, device=device, run_dir=run_dir, kind=kind, history=history, stop=stop, new_dir=new,
-                        show=show and not quiet, resumed=progress if saved is not None else None)
+                        show=show and not quiet, resumed=progress if saved is not None else None,
+                        heading=forms_line(env_plan, agent.update_form))
     run = SyncRun(core=core, env=env, env_plan=env_plan, buffer=buffer, agent=agent, timer=timer, progress=progress,
                   hooks=hooks, fill_steps=fill)
     return run.run(resumed=saved is not None)
