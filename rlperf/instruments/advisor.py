@@ -118,7 +118,7 @@ def _bench(record: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     return bench if bench and "error" not in bench and bench.get("fast_s") else None
 
 
-def _time(seconds: float) -> str:
+def call_time(seconds: float) -> str:
     """A per-call time: ``7.1 ms``, ``31 µs``."""
     if seconds >= 0.1:
         return f"{seconds:.3g} s"
@@ -135,7 +135,7 @@ def replaced(measured_s: float, what: str, record: Mapping[str, Any], name: str)
         why = f" ({missing['error']})" if "error" in missing else ""
         return None, f"not measured: no micro-benchmark of the two forms in this record{why}"
     keep = bench["fast_s"] / bench["slow_s"]
-    text = (f"{what} {seconds_short(measured_s)} × (1 − {_time(bench['fast_s'])} / {_time(bench['slow_s'])} per "
+    text = (f"{what} {seconds_short(measured_s)} × (1 − {call_time(bench['fast_s'])} / {call_time(bench['slow_s'])} per "
             f"{bench['what']}: {bench['fast']} against {bench['slow']}, micro-benchmarked here, median of "
             f"{bench['repeats']} interleaved repeats)")
     return measured_s * (1 - keep), text
@@ -184,7 +184,7 @@ def train_ratio(
         updates = calls.count("update", "rlperf/dqn.py")
         evidence += f"; cProfile: Agent.update called {updates:,} times ({_per_step(updates, record)})"
     updates = int((record.get("timing") or {}).get("measured_updates") or 0)
-    per_update = f"{_time(train['total_s'] / updates)} per update measured in this run, " if updates else ""
+    per_update = f"{call_time(train['total_s'] / updates)} per update measured in this run, " if updates else ""
     return finding("update_ratio", evidence, train["total_s"] * (1 - 4 / ratio),
                    f"train phase {seconds_short(train['total_s'])} × (1 − 4/{ratio:g}): {per_update}4/{ratio:g} of the "
                    f"updates", fix=f"4 updates per vector step instead of {ratio:g}")
@@ -269,8 +269,8 @@ def hard_target(
         # The soft form lerps on every update, the hard one copies every target_every: compare totals.
         slow, fast = copies * bench["slow_s"], n_calls * bench["fast_s"]
         saving = seconds * (1 - fast / slow)
-        estimate = (f"target copies {seconds_short(seconds)} × (1 − {n_calls:,} lerps × {_time(bench['fast_s'])} / "
-                    f"({copies:,} copies × {_time(bench['slow_s'])})), both micro-benchmarked here, median of "
+        estimate = (f"target copies {seconds_short(seconds)} × (1 − {n_calls:,} lerps × {call_time(bench['fast_s'])} / "
+                    f"({copies:,} copies × {call_time(bench['slow_s'])})), both micro-benchmarked here, median of "
                     f"{bench['repeats']} interleaved repeats")
     return finding("target_copy", evidence, saving, estimate)
 
@@ -295,7 +295,7 @@ def log_every_step(
             f"; cProfile: on_log ran {logs:,} times ({_per_step(logs, record)}), each writing and flushing a metrics.csv row"
         )
         if logs:
-            measured, what = on_log * _to_measured(record), f"on_log ({_time(on_log / logs)} per call)"
+            measured, what = on_log * _to_measured(record), f"on_log ({call_time(on_log / logs)} per call)"
     if _cuda(record):
         evidence += "; each log reads the loss on the host, which waits for the device (a sync every step)"
     return finding("logging", evidence, measured * (1 - every / 100),
@@ -340,8 +340,8 @@ def gym_backend(
     if bench is not None and not bench.get("slow_s") and step["calls"]:
         # gym-async's workers are not rebuilt for a benchmark: the run's own step is the slow figure.
         saving = step["total_s"] - step["calls"] * bench["fast_s"]
-        estimate = (f"step phase {seconds_short(step['total_s'])} − {step['calls']:,} steps × {_time(bench['fast_s'])} per "
-                    f"{bench['what']} with env.backend=tensor (micro-benchmarked here)")
+        estimate = (f"step phase {seconds_short(step['total_s'])} − {step['calls']:,} steps × "
+                    f"{call_time(bench['fast_s'])} per {bench['what']} with env.backend=tensor (micro-benchmarked here)")
     else:
         saving, estimate = replaced(step["total_s"], "step phase", record, "backend")
     return finding("env_backend", evidence, saving, estimate)
@@ -390,7 +390,7 @@ def torch_update(
     if train["total_s"] <= 0 or train["share"] < 0.05:
         return None
     updates = int((record.get("timing") or {}).get("measured_updates") or 0)
-    per_update = f", {_time(train['total_s'] / updates)} per update" if updates else ""
+    per_update = f", {call_time(train['total_s'] / updates)} per update" if updates else ""
     evidence = (f"train is {percent_short(train['share'])} of phase time{per_update} with train.update=torch "
                 f"(batch {cfg.buffer.batch_size}, network {'×'.join(map(str, cfg.agent.hidden))})")
     saving, estimate = replaced(train["total_s"], "train phase", record, "update")
@@ -475,8 +475,8 @@ def small_batch_gpu(
         saving, estimate = replaced(train["total_s"], "train phase", record, "batch")
     else:  # 4× the batch at ¼ the updates keeps the replay ratio
         saving = train["total_s"] * (1 - bench["fast_s"] / (4 * bench["slow_s"]))
-        estimate = (f"train phase {seconds_short(train['total_s'])} × (1 − {_time(bench['fast_s'])} / (4 × "
-                    f"{_time(bench['slow_s'])})): an update at 4× the batch against four at this batch, micro-benchmarked "
+        estimate = (f"train phase {seconds_short(train['total_s'])} × (1 − {call_time(bench['fast_s'])} / (4 × "
+                    f"{call_time(bench['slow_s'])})): an update at 4× the batch against four at this batch, micro-benchmarked "
                     f"here")
     return finding("small_batch_gpu", evidence, saving, estimate, knob=f"buffer.batch_size={4 * batch}",
                    fix=f"batches of {4 * batch}")
@@ -539,11 +539,11 @@ def thread_oversubscription(
         saving = train["total_s"] - updates * bench["fast_s"]
         return finding(
             "threads",
-            f"compute threads were starved during the run: train took {_time(run_update)} per update in this run with "
-            f"{threads_now} torch threads; the same update took {_time(bench['slow_s'])} with {threads_now} threads and "
-            f"{_time(bench['fast_s'])} with {bench['fast']} timed right after the run: other processes held the CPUs "
+            f"compute threads were starved during the run: train took {call_time(run_update)} per update in this run with "
+            f"{threads_now} torch threads; the same update took {call_time(bench['slow_s'])} with {threads_now} threads and "
+            f"{call_time(bench['fast_s'])} with {bench['fast']} timed right after the run: other processes held the CPUs "
             f"the threads waited for (run.threads={cfg.run.threads})", saving,
-            f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {_time(bench['fast_s'])} (an "
+            f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {call_time(bench['fast_s'])} (an "
             f"update with {bench['fast']}, micro-benchmarked here)", knob="run.threads=1", fix="1 thread")
     if excess is None:
         return None

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rlperf.instruments.advisor import effective_cpus
+from rlperf.instruments.advisor import call_time, effective_cpus
 from rlperf.instruments.catalogue import CATALOGUE, Finding, finding
 from rlperf.instruments.profilers import CallStats
 from rlperf.report.units import percent_short, seconds_short
@@ -614,8 +614,8 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         return None
     site, saving = best
     bench = site.get("no_grad_bench") or {}
-    estimate = (f"the forwards' measured {seconds_short(site['grad_seconds'])} × (1 − {_time(bench['fast_s'])} / "
-                f"{_time(bench['slow_s'])}): the same module on the same inputs under inference_mode against with grad, "
+    estimate = (f"the forwards' measured {seconds_short(site['grad_seconds'])} × (1 − {call_time(bench['fast_s'])} / "
+                f"{call_time(bench['slow_s'])}): the same module on the same inputs under inference_mode against with grad, "
                 f"micro-benchmarked after the script, median of {bench['repeats']} interleaved repeats"
                 if saving is not None else f"not measured ({bench.get('error', 'no micro-benchmark')}): at most part of "
                 f"the forwards' {seconds_short(site['grad_seconds'])}")
@@ -625,14 +625,6 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         f"(torch.is_grad_enabled() read as each ran), and a backward pass reached {site['backward_reached']:,} of "
         f"those graphs; the forwards took {seconds_short(site['grad_seconds'])}",
         saving, estimate, where=_site_where(site), command=demo("autograd_forward"))
-
-
-def _time(seconds: float) -> str:
-    if seconds >= 0.1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-4:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
 
 
 def small_batch(ev: Evidence) -> Finding | None:
@@ -656,8 +648,8 @@ def small_batch(ev: Evidence) -> Finding | None:
     bench = site.get("batch_bench") or {}
     if seconds > site["seconds"] and saving is not None:  # the helper called per sample, not only its forward
         saving = _bench_saving(seconds, bench)
-    estimate = (f"the per-sample calls' measured {seconds_short(seconds)} × (1 − {_time(bench['fast_s'])} / "
-                f"{_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
+    estimate = (f"the per-sample calls' measured {seconds_short(seconds)} × (1 − {call_time(bench['fast_s'])} / "
+                f"{call_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
                 f"of one, the same module micro-benchmarked after the script" if saving is not None else
                 f"not measured ({bench.get('error', 'no micro-benchmark')})")
     often = f", {per_step:,.0f} per step ({steps[1]})" if per_step is not None and steps else ""
@@ -923,8 +915,8 @@ def threads(ev: Evidence) -> Finding | None:
            f"{n} torch threads while the load average was {busy:.1f} on {cpus:g} CPUs")
     bench = ev.hooks.get("threads_bench")
     saving = _bench_saving(seconds, bench)
-    estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × (1 − {_time(bench['fast_s'])} / "
-                f"{_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
+    estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × (1 − {call_time(bench['fast_s'])} / "
+                f"{call_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
                 f"{bench['threads']} threads, micro-benchmarked after the script" if saving is not None and bench else
                 "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
     where = p.where(setters[0].caller, setters[0].callee) if setters else _busiest_site(ev)
