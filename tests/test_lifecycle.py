@@ -32,8 +32,9 @@ from rlperf.run.files import read_record
 from rlperf.run.lifecycle import RunHooks, train_run
 from rlperf.run.record import PHASE_COLUMNS
 
-# A smoke-sized run long enough to be interrupted mid-learning: 250 vector steps, a log row every 10.
-STEPS = 4000
+# A smoke-sized run long enough to be interrupted mid-learning (with the fused update 250 vector steps
+# could end before a signal sent after the k-th log row lands): 1,000 vector steps, a log row every 10.
+STEPS = 16000
 RUN_ARGS = ["-c", "smoke", "--steps", str(STEPS), "--quiet", "--set", "train.log_every=10",
             "--set", "run.threads=1", "--set", "run.device=cpu"]
 WALL_CLOCK_COLUMNS = ("wall_s", "env_steps_per_s", *PHASE_COLUMNS)
@@ -117,7 +118,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sigint_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path, baseline: Path) -> None:
     rng = random.Random()
-    k = rng.randint(2, 10)  # interrupt after k of 25 log rows, at whatever step the signal lands on
+    k = rng.randint(2, 10)  # interrupt after k of 100 log rows, at whatever step the signal lands on
     proc = spawn(["train", *RUN_ARGS, "--out", str(tmp_path), "--name", "cut"])
     wait_for(lambda: any(metrics_rows(d) >= k for d in tmp_path.iterdir()), proc)
     time.sleep(rng.uniform(0, 0.05))
