@@ -241,8 +241,10 @@ def test_async_run_with_the_dashboard_on_prints_async_figures(tmp_path: Path, ca
     """The dashboard (not --quiet) draws the async metrics line; every async test above runs quiet."""
     from rlperf.run.lifecycle import train_run
 
-    # The ops env kernel keeps 3,000 steps long enough for the dashboard's throttled redraws.
-    cfg = _smoke(tmp_path, "async.actors=1", "train.steps=3000", "train.log_every=5", "env.kernel=ops")
+    # The ops env kernel and the torch update keep the run long enough for the learner's first log row
+    # (with the fused update the learner could finish 3,000 steps before it).
+    cfg = _smoke(tmp_path, "async.actors=1", "train.steps=3000", "train.log_every=5", "env.kernel=ops",
+                 "train.update=torch")
     result = train_run(cfg, out=tmp_path, quiet=False, dashboard=True)
     assert result.exit_code == 0 and result.record["status"] == "completed"
     err = capsys.readouterr().err

@@ -509,7 +509,7 @@ class Learner:
                              f"checked every {CHECK_EVERY_S:g} s)",
             memory={"replay_mb": replay / 2**20, "shared_mb": sizing.layout.nbytes / 2**20,
                     "actors_peak_rss_mb": float(self.slots[:, SLOT["peak_rss_mb"]].sum())},
-            env=self.env_plan, checkpoint=core.checkpoints.describe(), error=error)
+            env=self.env_plan, update=self.agent.update_form, checkpoint=core.checkpoints.describe(), error=error)
         supervisor = self.supervisor
         record["async"] = async_section(cfg, self._metrics(t_end), self.threads, stats, {
             "restarts": sum(supervisor.restarts),

@@ -55,6 +55,7 @@ from rlperf.buffer import ReplayBuffer
 from rlperf.config import Config
 from rlperf.device import is_out_of_memory, synchronize
 from rlperf.dqn import Agent, Progress, run_loop, steps_before_learning, stop_reached
+from rlperf.fused_update import resolve_update
 from rlperf.env.backends import build_env, env_spec
 from rlperf.env.plan import EnvPlan, plan_env
 from rlperf.errors import DiskError, RlperfError
@@ -199,7 +200,7 @@ def record_from_checkpoint(run_dir: Path, state: dict[str, Any], device: torch.d
     p = progress
     checkpoint = {"file": CHECKPOINT_NAME, "env_steps": p.env_steps, "vector_steps": p.vector_steps}
     record = sync_record(cfg, device, run_dir, kind, history, p, timer, "completed", history.wall_s, "not measured",
-                         None, checkpoint, obs_shape, plan_env(cfg, device))
+                         None, checkpoint, obs_shape, plan_env(cfg, device), resolve_update(cfg, device))
     record["memory"].update(peak_rss_mb=None, peak_cuda_mb=None)
     record["recovered"] = {"at": now(), "from": CHECKPOINT_NAME, "command": command,
                            "why": "the run was stopped after its final checkpoint, before its record was written"}
@@ -315,7 +316,7 @@ class SyncRun:
             timing["asked_window_steps"] = self.asked_at
         return sync_record(core.cfg, core.device, core.run_dir, core.kind, core.history, self.progress, self.timer,
                            status, wall, core.rss_scope, error, core.checkpoints.describe(), self.buffer.obs_shape,
-                           self.env_plan, capacity=self.buffer.capacity, timing_extra=timing)
+                           self.env_plan, self.agent.update_form, capacity=self.buffer.capacity, timing_extra=timing)
 
     def _divergence_message(self) -> str:
         p, cfg, kept = self.progress, self.core.cfg, self.core.checkpoints.env_steps
@@ -328,7 +329,8 @@ class SyncRun:
 
 def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory, p: Progress,
                 timer: PhaseTimer, status: str, wall: float, rss_scope: str, error: str | None,
-                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], env_plan: EnvPlan, capacity: int | None = None,
+                checkpoint: dict[str, Any] | None, obs_shape: tuple[int, ...], env_plan: EnvPlan,
+                update: tuple[str, str], capacity: int | None = None,
                 timing_extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """A sync run's record from its parts (a run that just ended, or a finished run's checkpoint);
     ``timing_extra`` joins the timer's figures (the profile's fill and asked window)."""
@@ -344,7 +346,7 @@ def sync_record(cfg: Config, device: torch.device, run_dir: Path, kind: str, his
         phases={name: timing["phases"][name] for name in PHASES if name in timing["phases"]},
         episode_length=p.episode_steps / p.episodes if p.episodes else None, rss_scope=rss_scope,
         score_resolution=score_resolution(cfg, device),
-        env=env_plan, memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
+        env=env_plan, update=update, memory={"replay_mb": replay / 2**20}, checkpoint=checkpoint, error=error)
 
 
 def score_resolution(cfg: Config, device: torch.device) -> str:

@@ -237,6 +237,7 @@ def build_record(
     rss_scope: str,
     score_resolution: str,
     env: EnvPlan,
+    update: tuple[str, str],
     memory: Mapping[str, Any] | None = None,
     checkpoint: Mapping[str, Any] | None = None,
     error: str | None = None,
@@ -264,7 +265,7 @@ def build_record(
         "config": config_to_dict(cfg),
         "system": system_info(device),
         "env": env.record(),
-        "update": _update_form(cfg, device),
+        "update": {"form": update[0], "reason": update[1]},  # the Agent's decision (resolve_update), as it ran
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
                    "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
@@ -300,14 +301,6 @@ def build_record(
     if error:
         record["error"] = error
     return record
-
-
-def _update_form(cfg: Config, device: torch.device) -> dict[str, str]:
-    """Which ``train.update`` form the learner ran, and why (the decision the Agent made)."""
-    from rlperf.fused_update import resolve_update
-
-    form, reason = resolve_update(cfg, device)
-    return {"form": form, "reason": reason}
 
 
 def system_info(device: torch.device | str) -> dict[str, Any]:
