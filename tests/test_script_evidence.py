@@ -366,3 +366,36 @@ def test_the_script_stops_when_rlperf_is_killed_outright(tmp_path: Path) -> None
         assert not pid_alive(pid), "the script runs on without rlperf"
     finally:
         proc.kill()
+
+
+def test_snapshots_keep_the_profile_and_the_forward_hooks(tmp_path: Path) -> None:
+    """The child refreshes its report while a timed script runs (the first time after 1 s): that must
+    neither cut cProfile's callers (every later call would lose the loop that made it) nor remove
+    the forward hooks (every later forward would go unseen)."""
+    write(tmp_path, """
+        import time, torch
+        def work(net, x):
+            with torch.no_grad():
+                return net(x)
+        def main():
+            t = rlperf.PhaseTimer('cpu')
+            net, x = torch.nn.Linear(4, 4), torch.zeros(2, 4)
+            end = time.perf_counter() + 1.6
+            while time.perf_counter() < end:
+                with t.phase('step'):
+                    work(net, x)
+                t.step_done()
+        main()
+        """)
+    proc = profile(tmp_path, "--json", "--", sys.executable, "train.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = record_of(tmp_path)
+    steps = record["totals"]["vector_steps"]
+    import pstats
+
+    stats = pstats.Stats(str(next((tmp_path / "runs").glob("*/profile.prof")))).stats  # type: ignore[attr-defined]
+    (work,) = [v for k, v in stats.items() if k[2] == "work"]
+    callers = {k[2]: v[0] for k, v in work[4].items()}
+    assert callers.get("main") == steps > 100, callers
+    forwards = record["profile"]["evidence"]["forwards"]
+    assert sum(site["calls"] for site in forwards) == steps, forwards

@@ -14,8 +14,8 @@ The script's evidence survives however it ends:
 
 - every timer the script makes is kept (a strong reference), so a timer inside ``main()``, a class
   or a thread is still there when the script's frames are gone;
-- FILE is written when the script starts (``status: "running"``) and refreshed from the script's
-  ``timer.step_done()`` calls every :data:`SNAPSHOT_S` seconds or more, so a script killed outright
+- FILE is written when the script starts (``status: "running"``) and refreshed by a thread of the
+  child every :data:`SNAPSHOT_S` seconds or more, so a script killed outright
   (SIGKILL, a segfault) leaves the phase timings it had; the parent reads the exit signal itself;
 - the end -- a normal return (after the script's non-daemon threads), ``sys.exit``, an exception,
   Ctrl-C, SIGTERM (the parent's second stop signal), ``os._exit`` -- writes FILE and ``FILE.prof``
@@ -175,24 +175,29 @@ class _Session:
         external._on_step = self.on_step
 
     def on_step(self, timer: Any) -> None:
-        """After each of the script's ``step_done()`` calls: the torch window, and now and then a snapshot."""
+        """After each of the script's ``step_done()`` calls: the torch window."""
         if self.window is not None:
             self.window.on_step(timer)
-        now = perf_counter()
-        if now >= self.next_snapshot and os.getpid() == self.pid and self.lock.acquire(blocking=False):
-            try:
-                if not self.finished:  # the snapshot is the instrument's time, not the script's: kept out of cProfile
-                    if self.profiler is not None:
-                        self.profiler.profile.disable()
-                    try:
+
+    def snapshots(self) -> None:
+        """Write FILE now and then while the script runs, from a thread of its own: cProfile watches
+        the script's thread only, so the snapshots stay out of the profile without pausing it (a
+        profiler disabled and enabled again mid-loop loses the callers of every later call)."""
+
+        def loop() -> None:
+            while True:
+                time.sleep(max(0.0, self.next_snapshot - perf_counter()))
+                if self.finished or os.getpid() != self.pid:
+                    return
+                now = perf_counter()
+                with self.lock:
+                    if self.finished:
+                        return
+                    with contextlib.suppress(Exception):  # best effort: the script's thread may be changing a timer
                         self.write(None, "running")
-                    finally:
-                        if self.profiler is not None:
-                            self.profiler.profile.enable()
-                    spent = perf_counter() - now
-                    self.next_snapshot = perf_counter() + max(SNAPSHOT_S, 50 * spent)
-            finally:
-                self.lock.release()
+                self.next_snapshot = perf_counter() + max(SNAPSHOT_S, 50 * (perf_counter() - now))
+
+        threading.Thread(target=loop, name="rlperf-snapshots", daemon=True).start()
 
     def finish(self, code: int, ended: str) -> None:
         """The end, however it came: ``profile.prof`` and FILE, once, from the script's own process."""
@@ -243,8 +248,9 @@ class _Session:
             "timers": [external.external_record(t, status=ended) for t in timers] if external is not None else [],
             "loadavg_1m": os.getloadavg()[0],
             "preimported": self.preimported,
-            "evidence": evidence.collect(),
         }
+        if ended != "running":  # collecting removes the forward hooks and runs their micro-benchmarks: at the end only
+            data["evidence"] = evidence.collect()
         window = self.window
         if window is not None:
             if window.profiler.recorded:
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     kind, name = _prepare_target(target)
     session = _Session(Path(args.report))
     session.write(None, "running")  # the script starts: from here on how it exits is its own
+    session.snapshots()
     if args.parent is not None:
         session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
