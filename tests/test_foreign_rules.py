@@ -12,6 +12,7 @@ import cProfile
 import pstats
 import runpy
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -51,16 +52,19 @@ def advise(tmp_path: Path, body: str) -> tuple[list[Finding], float, int]:
     forwards = evidence.Forwards(own)
     forwards.install(torch)
     monitor, profiler = GcMonitor(), cProfile.Profile()
+    sampler = evidence.LineSampler(own, threading.get_ident())
     threads = torch.get_num_threads()
     try:
         with monitor.running():
+            sampler.start()
             profiler.enable()
             try:
                 runpy.run_path(str(script), run_name="__main__")
             finally:
                 profiler.disable()
+                sampler.stop()
     finally:
-        hooks = forwards.collect()
+        hooks = forwards.collect() | {"line_samples": sampler.to_dict()}
         torch.set_num_threads(threads)
     calls = CallStats(pstats.Stats(profiler), own=own)
     record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}}}
@@ -384,3 +388,83 @@ def test_a_helper_whose_one_library_call_holds_the_loop_is_a_hot_spot(tmp_path: 
     """
     f = check_first(*advise(tmp_path, body), "hot_spot")
     assert "your function spread" in f.evidence
+
+
+def test_a_method_is_found_at_the_call_on_its_own_object_not_at_a_namesake(tmp_path: Path) -> None:
+    body = """
+    import random
+
+    class Space:
+        def sample(self):
+            return random.randrange(2)
+
+    class TupleReplay:
+        def __init__(self):
+            self.memory = [(np.ones(8, np.float32), float(i)) for i in range(2000)]
+
+        def sample(self, n):
+            batch = random.sample(self.memory, n)
+            return np.array([t[0] for t in batch]), np.array([t[1] for t in batch])
+
+    space, rb = Space(), TupleReplay()
+    env = Env()
+    for t in range(300):
+        action = space.sample()
+        env.step(action)
+        obs, rew = rb.sample(256)  # planted
+    """
+    check_first(*advise(tmp_path, body), "replay_sampling")
+
+
+def test_the_thread_count_is_named_where_the_count_the_script_ran_with_was_set(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rlperf.instruments.foreign import Sources, _setter_where
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\ndef main(fast):\n    if fast:\n        torch.set_num_threads(1)\n"
+                      "    else:\n        torch.set_num_threads(16)\n")
+    p = SimpleNamespace(sources=Sources(), where=lambda caller, names: "first call")
+    assert _setter_where(p, (str(script), 3, "main"), 16) == "train.py:7 (main)"  # type: ignore[arg-type]
+    assert _setter_where(p, (str(script), 3, "main"), 4) == "first call"  # type: ignore[arg-type]
+
+
+def test_a_vectorized_function_whose_loop_runs_a_few_times_is_not_a_hot_spot(tmp_path: Path) -> None:
+    """The line samples put its time on its array lines, not in its loop over the few colliding pairs."""
+    body = """
+    import time
+
+    def physics(pos, vel):
+        iu, ju = np.triu_indices(60, 1)
+        dist = np.sqrt(((pos[ju] - pos[iu]) ** 2).sum(1))
+        for i in np.nonzero(dist < 0.02)[0][:3]:
+            vel[iu[i]] *= -1
+        pos += 0.01 * vel
+
+    rng = np.random.default_rng(0)
+    pos, vel = rng.uniform(0, 1, (60, 2)), rng.standard_normal((60, 2))
+    env = Env()
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        env.step(None)
+        physics(pos, vel)
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
+
+
+def test_the_line_sampler_counts_the_line_a_thread_is_on(tmp_path: Path) -> None:
+    script = tmp_path / "busy.py"
+    script.write_text("import time\n\ndef spin(end):\n    while time.perf_counter() < end:\n        pass\n\n"
+                      "spin(time.perf_counter() + 0.5)\n")
+    sampler = evidence.LineSampler(user_code([tmp_path]), threading.get_ident())
+    sampler.start()
+    try:
+        runpy.run_path(str(script))
+    finally:
+        sampler.stop()
+    lines = {(Path(f).name, line, fn): (inner, incl) for f, line, fn, inner, incl in sampler.to_dict()["lines"]}
+    spin = sum(incl for (_, line, fn), (_, incl) in lines.items() if fn == "spin" and line in (4, 5))
+    caller = lines.get(("busy.py", 7, "<module>"), (0, 0))
+    assert spin >= 0.8 * sampler.samples > 10, (lines, sampler.samples)
+    assert caller[1] >= spin and caller[0] <= 0.2 * spin  # on the stack, but not the innermost line of your code

@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
     evidence.install(kind, name)
+    evidence.sample_lines(kind, name)
     from rlperf.instruments.profilers import CProfiler
 
     session.profiler = CProfiler() if args.cprofile else None

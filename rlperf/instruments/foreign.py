@@ -43,6 +43,8 @@ DEMO = ("rlperf", "compare", "fast", "--steps", "25600", "--repeats", "3")
 MIN_SHARE = 0.04
 """A finding's estimated saving must reach this share of the script's time (a planted or real
 bottleneck worth a fix costs several times more; a clean loop's incidental costs stay below)."""
+MIN_SAMPLES = 20
+"""Line samples a function needs before the advisor reads where in it the time goes (0.1 s at the sampler's rate)."""
 HOT_SHARE = 0.25
 """A function whose own Python time holds this share of the script is a hot spot when no rule explains it."""
 LIBRARY_HOT_SHARE = 0.4
@@ -114,16 +116,17 @@ class Sources:
                     return node
         return None
 
-    def call_lines(self, key: Key, names: Iterable[str], tried: frozenset[str] = frozenset()) -> list[int]:
+    def call_lines(self, key: Key, names: Iterable[str], tried: frozenset[str] = frozenset(),
+                   receivers: frozenset[str] = frozenset()) -> list[int]:
         """Lines in ``key``'s function that call any of ``names`` (as ``name(...)`` or ``x.name(...)``),
-        those inside a loop first."""
+        those on one of ``receivers`` (``x``, ``self.x``) first, then those inside a loop first."""
         if key[2].startswith("<") and key[2] != "<module>":  # a comprehension or lambda: its own line
             return [key[1]]
         node = self.function(key)
         if node is None:
             return []
         wanted = set(names)
-        found: list[tuple[int, int]] = []  # (loop depth, line)
+        found: list[tuple[bool, int, int]] = []  # (on another receiver, loop depth, line)
 
         def visit(n: ast.AST, depth: int) -> None:
             for child in ast.iter_child_nodes(n):
@@ -133,7 +136,8 @@ class Sources:
                     f = child.func
                     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
                     if name in wanted:
-                        found.append((depth, child.lineno))
+                        on = _assigned_names(f.value) if isinstance(f, ast.Attribute) else []
+                        found.append((bool(receivers) and not set(on) & receivers, depth, child.lineno))
                 visit(child, depth + isinstance(child, _LOOPS))
 
         visit(node, 0)
@@ -142,9 +146,30 @@ class Sources:
                        and any(isinstance(v, ast.Name) and v.id in wanted for v in ast.walk(a.value))
                        for t in a.targets for target in _assigned_names(t)} - wanted - tried
             if aliases:
-                return self.call_lines(key, aliases, tried | wanted)
+                return self.call_lines(key, aliases, tried | wanted, receivers)
         # The most deeply looped call first: the loop's step is the innermost loop.
-        return [line for _, line in sorted(found, key=lambda t: (-t[0], t[1]))]
+        return [line for _, _, line in sorted(found, key=lambda t: (t[0], -t[1], t[2]))]
+
+    def bound_to(self, file: str, cls: str) -> frozenset[str]:
+        """The names in ``file`` bound to an instance of class ``cls``: ``rb = ReplayBuffer(...)``,
+        ``self.buffer = Ring(...) if fast else ReplayBuffer(...)`` -> ``rb``, ``buffer``."""
+        tree = self.tree(file)
+        names: set[str] = set()
+        def bind(target: ast.AST, value: ast.AST) -> None:
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                    and len(target.elts) == len(value.elts):
+                for t, v in zip(target.elts, value.elts, strict=True):  # a, b = A(), B(): pairwise
+                    bind(t, v)
+            elif any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == cls for c in ast.walk(value)):
+                names.update(_assigned_names(target))
+
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, node.value)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                bind(node.target, node.value)
+        return frozenset(names)
 
     def loops(self, key: Key) -> list[tuple[int, int, str]]:
         """The loops in ``key``'s function: (nesting depth, line, source text), deepest first."""
@@ -220,6 +245,17 @@ class Sources:
                     best = node.lineno
         return best
 
+    def in_loop(self, key: Key, line: int) -> bool:
+        """Whether ``line`` of ``key``'s function is in the body of a loop of that function (a
+        comprehension counts whole)."""
+        node = self.function(key)
+        for loop in ast.walk(node) if node is not None else ():
+            if isinstance(loop, _LOOPS) and loop.end_lineno is not None and loop is not node:
+                body = isinstance(loop, (ast.For, ast.While, ast.AsyncFor))
+                if (loop.lineno < line if body else loop.lineno <= line) and line <= loop.end_lineno:
+                    return True
+        return False
+
     def text(self, key: Key) -> str:
         node = self.function(key)
         if node is None or key[0] not in self.texts:
@@ -261,6 +297,27 @@ class ScriptProfile:
         for key, (_cc, _nc, _tt, _ct, callers) in self.raw.items():
             for caller, (_ccc, nc, _ttt, ct) in callers.items():
                 self.callees[caller].append((key, nc, ct))
+        # The line sampler's counts (rlperf.instruments.evidence.LineSampler): (file, function) -> line -> samples
+        # with that line of the function on the stack. Empty without samples (a script profiled in-process).
+        self.line_samples: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+
+    def add_line_samples(self, samples: Mapping[str, Any] | None) -> None:
+        for file, line, function, _inner, inclusive in (samples or {}).get("lines") or []:
+            self.line_samples[(file, function)][int(line)] = int(inclusive)
+
+    def hottest_line(self, fn: Key) -> int | None:
+        """The line of ``fn`` the sampler found it on most often (None without samples)."""
+        lines = self.line_samples.get((fn[0], fn[2]))
+        return max(lines, key=lambda line: lines[line]) if lines else None
+
+    def loop_share(self, fn: Key) -> float | None:
+        """The share of ``fn``'s samples on lines inside its loops: near 1 when its time is a Python loop,
+        small when a loop of it runs few times (None under :data:`MIN_SAMPLES` samples)."""
+        lines = self.line_samples.get((fn[0], fn[2])) or {}
+        n = sum(lines.values())
+        if n < MIN_SAMPLES:
+            return None
+        return sum(c for line, c in lines.items() if self.sources.in_loop(fn, line)) / n
 
     def calls(self, key: Key) -> int:
         return int(self.raw[key][1]) if key in self.raw else 0
@@ -355,7 +412,10 @@ class ScriptProfile:
                 names.append(self.sources.class_of(callee) or "__init__")
         else:
             names = list(callee)
-        lines = self.sources.call_lines(caller, names)
+        # A method: the calls on the names bound to its class first (``rb.sample()``, not ``space.sample()``).
+        cls = self.sources.class_of(callee) if isinstance(callee, tuple) and callee[2] != "__init__" else None
+        receivers = self.sources.bound_to(caller[0], cls) if cls else frozenset()
+        lines = self.sources.call_lines(caller, names, receivers=receivers)
         if not lines and isinstance(callee, tuple):  # a decorator's wrapper: the name of what it wraps
             lines = self.sources.call_lines(caller, [callee_name(k) for k, _, _ in self.callees.get(callee, [])])
         return lines[0] if lines else caller[1]
@@ -919,11 +979,23 @@ def threads(ev: Evidence) -> Finding | None:
                 f"{call_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
                 f"{bench['threads']} threads, micro-benchmarked after the script" if saving is not None and bench else
                 "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
-    where = p.where(setters[0].caller, setters[0].callee) if setters else _busiest_site(ev)
+    where = _setter_where(p, setters[0].caller, n) if setters else _busiest_site(ev)
     return finding(
         "threads", f"{why}" + (f", set at {where}" if setters else "") + f"; forward and backward passes and optimizer "
         f"steps in the profiled thread took {_share(p, seconds)}", saving, estimate,
         where=where, knob=f"run.threads={fewer}", command=demo("threads"), fix=f"{fewer} thread(s)")
+
+
+def _setter_where(p: ScriptProfile, caller: Key, n: int) -> str:
+    """The ``set_num_threads(n)`` call in ``caller`` that set the count the script ran with (``if fast:
+    set_num_threads(1) else: set_num_threads(16)`` -> the second), else its first call."""
+    node = p.sources.function(caller)
+    for call in ast.walk(node) if node is not None else ():
+        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant) \
+                and call.args[0].value == n and "set_num_threads" == (
+                    call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)):
+            return f"{short_file(caller[0])}:{call.lineno} ({caller[2]})"
+    return p.where(caller, ["set_num_threads"])
 
 
 def _busiest_site(ev: Evidence) -> str | None:
@@ -1027,6 +1099,9 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
         if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.25) * p.total:
             continue
+        share = p.loop_share(fn) if fn != holder else None
+        if share is not None and share < 0.5:
+            continue  # the samples put its time outside its loops
         depth, line, text = loops[0]
         kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
         if kind is None:
@@ -1073,10 +1148,15 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
         # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor).
         concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
-        hot = (p.python_time(fn) >= HOT_SHARE * p.total and p.sources.loops(fn)) or (
-            concentrated and cum >= HOT_SHARE * p.total)
+        # Where samples say where its time goes, most of it must be in the loop's body (a loop over the
+        # few colliding pairs of a vectorized step is not where the time is).
+        share = p.loop_share(fn)
+        looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
+        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (concentrated and cum >= HOT_SHARE * p.total)
         if hot and (best is None or cum > best[1]):
-            inside = p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else p.where(fn)
+            hottest = p.hottest_line(fn)
+            inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
+                      f"{short_file(fn[0])}:{hottest} ({fn[2]})" if hottest else p.where(fn))
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
             best_fn = fn
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
@@ -1139,6 +1219,8 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
     seconds less cProfile's cost for the calls recorded beneath it, as the estimate states."""
     cost = float(((hooks or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
     profile = ScriptProfile(calls, call_cost=cost) if calls is not None else None
+    if profile is not None:
+        profile.add_line_samples((hooks or {}).get("line_samples"))
     ev = Evidence(record, profile, gc, steps, hooks or {})
     findings = [f for rule in SCRIPT_RULES if (f := rule(ev)) is not None]
     findings += python_loops(ev, findings)

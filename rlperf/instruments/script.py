@@ -337,10 +337,12 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
 
 def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
     """The iterations of the script's loop, where nothing counts steps (no timer, an env written as
-    functions without a ``step`` method): in your function that runs once and holds most of the
-    script's time, the call count most of its callees share (a loop body calls its parts once per
+    functions without a ``step`` method): in your function that holds the loop (else one that runs
+    once and holds most of the script's time), the call count most of its callees share (a loop body calls its parts once per
     iteration), the larger on a tie. None when no two callees share a count."""
-    for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1), key=p.cumtime, reverse=True):
+    holder = p.loop_holder()  # the function with the loop (main under <module>), then the others
+    for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1),
+                     key=lambda k: (k == holder, p.cumtime(k)), reverse=True):
         if p.cumtime(fn) < 0.5 * p.total:
             break
         shared = Counter(n for _, n, _ in p.callees.get(fn, []) if n >= 2)
