@@ -468,3 +468,29 @@ def test_the_line_sampler_counts_the_line_a_thread_is_on(tmp_path: Path) -> None
     caller = lines.get(("busy.py", 7, "<module>"), (0, 0))
     assert spin >= 0.8 * sampler.samples > 10, (lines, sampler.samples)
     assert caller[1] >= spin and caller[0] <= 0.2 * spin  # on the stack, but not the innermost line of your code
+
+
+METRIC = """
+import torch
+
+def spread(states):
+    return (torch.cdist(states, states) < 0.5).float().mean().item()
+
+states = torch.randn(600, 8)
+env = Env()
+history = []
+for t in range(80):
+    obs, reward, done = env.step(None)
+    states = torch.roll(states, 1, 0)
+    {line}
+"""
+
+
+def test_work_every_step_whose_result_is_only_collected_is_a_hot_spot(tmp_path: Path) -> None:
+    f = check_first(*advise(tmp_path, METRIC.format(line="history.append(spread(states))  # planted")), "hot_spot")
+    assert "only collects" in f.evidence, f.evidence
+
+
+def test_the_same_work_feeding_the_next_step_is_the_loop_s_own(tmp_path: Path) -> None:
+    findings, _, _ = advise(tmp_path, METRIC.format(line="states = states * (1 + spread(states))"))
+    assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]

@@ -245,6 +245,40 @@ class Sources:
                     best = node.lineno
         return best
 
+    def result_dropped(self, key: Key, line: int, name: str) -> bool:
+        """Whether the loop drops what the call of ``name`` on ``line`` returns, or only collects it for
+        later (``f(x)`` as a statement, ``history.append(f(x))``, ``print(f(x))``): work the next
+        step does not need. False when the source does not say."""
+        node = self.function(key)
+        parents = {child: n for n in ast.walk(node) for child in ast.iter_child_nodes(n)} if node is not None else {}
+        calls = [c for c in parents if isinstance(c, ast.Call) and c.lineno == line and name == (
+            c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None))]
+        for call in calls:
+            parent = parents.get(call)
+            if isinstance(parent, ast.Expr):
+                continue
+            collector = parent.func if isinstance(parent, ast.Call) else None
+            if collector is None or (collector.attr if isinstance(collector, ast.Attribute)
+                                     else getattr(collector, "id", None)) not in _COLLECTORS:
+                return False
+        return bool(calls)
+
+    def returns_value(self, key: Key) -> bool:
+        """Whether ``key``'s function returns a value (a function that returns nothing works by its
+        side effects: dropping its result drops nothing)."""
+        node = self.function(key)
+        if node is None or isinstance(node, ast.Module):
+            return False
+        todo, found = list(ast.iter_child_nodes(node)), False
+        while todo and not found:
+            n = todo.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            found = isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom)) and getattr(n, "value", None) is not None \
+                and not (isinstance(n.value, ast.Constant) and n.value.value is None)
+            todo += ast.iter_child_nodes(n)
+        return found
+
     def in_loop(self, key: Key, line: int) -> bool:
         """Whether ``line`` of ``key``'s function is in the body of a loop of that function (a
         comprehension counts whole)."""
@@ -423,6 +457,11 @@ class ScriptProfile:
     def loop_site(self, fn: Key) -> tuple[Key, int]:
         """Where the loop calls your function ``fn`` (through your other functions): the loop's function
         and the line; ``fn`` and its def line when it holds the loop itself."""
+        holder, line, _ = self.loop_call(fn)
+        return holder, line
+
+    def loop_call(self, fn: Key) -> tuple[Key, int, Key]:
+        """:meth:`loop_site`, with the function the loop's line calls (``fn`` or one of yours above it)."""
         holder = self.loop_holder()
         child, current, seen = fn, fn, {fn}
         for _ in range(8):
@@ -435,8 +474,8 @@ class ScriptProfile:
             child, current = current, max(callers, key=lambda t: t[1])[0]
             seen.add(current)
         if current == fn:
-            return fn, fn[1]
-        return current, self.line(current, child)
+            return fn, fn[1], fn
+        return current, self.line(current, child), child
 
     def python_time(self, fn: Key) -> float:
         """``fn``'s own Python time: its bytecode's and its comprehensions' (whoever drives them: a
@@ -1050,6 +1089,8 @@ _WORDS = {
     "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
 }
 _ENV_METHODS = ("step", "reset", "__init__", "render")
+_COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "info", "debug", "write")
+"""Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
 
 
 def _classify(text: str, name: str) -> str | None:
@@ -1152,12 +1193,19 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         # few colliding pairs of a vectorized step is not where the time is).
         share = p.loop_share(fn)
         looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
-        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (concentrated and cum >= HOT_SHARE * p.total)
+        # ... or it is work done every step whose result the loop drops or only collects (a metric
+        # recomputed each step for a plot).
+        holder_of_call, line, child = p.loop_call(fn)
+        side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
+                and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
+        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (
+            (concentrated or side) and cum >= HOT_SHARE * p.total)
         if hot and (best is None or cum > best[1]):
             hottest = p.hottest_line(fn)
             inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
                       f"{short_file(fn[0])}:{hottest} ({fn[2]})" if hottest else p.where(fn))
-            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}), called")
+            kept = ", whose result the loop drops or only collects," if side and not looped and not concentrated else ""
+            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}){kept} called")
             best_fn = fn
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
         # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
