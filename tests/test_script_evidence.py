@@ -399,3 +399,19 @@ def test_snapshots_keep_the_profile_and_the_forward_hooks(tmp_path: Path) -> Non
     assert callers.get("main") == steps > 100, callers
     forwards = record["profile"]["evidence"]["forwards"]
     assert sum(site["calls"] for site in forwards) == steps, forwards
+
+
+def test_the_profiler_cost_is_calibrated_on_as_many_functions_as_a_script_has() -> None:
+    import cProfile
+    import pstats
+
+    from rlperf.instruments import evidence
+
+    cost = evidence.profiler_cost(entries=300, depth=3, calls=1200)
+    assert cost["entries"] == 300 and cost["calls"] == 4 * 1200 and cost["per_call_s"] > 0
+    profiler = cProfile.Profile()
+    profiler.enable()
+    evidence.profiler_cost(entries=300, depth=3, calls=1200)
+    profiler.disable()
+    names = {key[2] for key in pstats.Stats(profiler).stats}  # type: ignore[attr-defined]
+    assert sum(name.startswith(("leaf", "link")) for name in names) == 3 * 300  # distinct entries in the tables

@@ -689,6 +689,13 @@ def target_copy(ev: Evidence) -> Finding | None:
         where=p.where(top.caller, top.callee), command=demo("target_copy"))
 
 
+def _unprofiled(seconds: float, calls: int, per_call_alone: float) -> float:
+    """``calls`` taking ``seconds`` under the profiler, as they take alone: at most ``calls`` × the same
+    call's time micro-benchmarked without a profiler (cProfile slows a forward's many small Python
+    calls several times more than the calibration of its cost per call says)."""
+    return min(seconds, calls * per_call_alone) if per_call_alone > 0 else seconds
+
+
 def _bench_saving(seconds: float, bench: Mapping[str, Any] | None) -> float | None:
     if not bench or not bench.get("slow_s") or not bench.get("fast_s"):
         return None
@@ -706,16 +713,21 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         grad = site["grad_calls"]
         if grad < max(10, 0.5 * site["calls"]) or site["backward_reached"] >= 0.1 * grad:
             continue
-        saving = _bench_saving(site["grad_seconds"], site.get("no_grad_bench"))
+        bench = site.get("no_grad_bench") or {}
+        alone = _unprofiled(site["grad_seconds"], grad, float(bench.get("slow_s") or 0.0))
+        saving = _bench_saving(alone, bench)
         if best is None or (saving or 0.0) > (best[1] or 0.0):
             best = (site, saving)
     if best is None or (ev.p is not None and best[0]["grad_seconds"] < MIN_SHARE * ev.p.total):
         return None
     site, saving = best
     bench = site.get("no_grad_bench") or {}
-    estimate = (f"the forwards' measured {seconds_short(site['grad_seconds'])} × (1 − {call_time(bench['fast_s'])} / "
-                f"{call_time(bench['slow_s'])}): the same module on the same inputs under inference_mode against with grad, "
-                f"micro-benchmarked after the script, median of {bench['repeats']} interleaved repeats"
+    alone = _unprofiled(site["grad_seconds"], site["grad_calls"], float(bench.get("slow_s") or 0.0))
+    estimate = (f"the forwards' {seconds_short(alone)} without the profiler ({site['grad_calls']:,} × "
+                f"{call_time(bench['slow_s'])}, at most the {seconds_short(site['grad_seconds'])} measured under it) × (1 − "
+                f"{call_time(bench['fast_s'])} / {call_time(bench['slow_s'])}): the same module on the same inputs under "
+                f"inference_mode against with grad, micro-benchmarked after the script, median of {bench['repeats']} "
+                f"interleaved repeats"
                 if saving is not None else f"not measured ({bench.get('error', 'no micro-benchmark')}): at most part of "
                 f"the forwards' {seconds_short(site['grad_seconds'])}")
     return finding(
@@ -737,7 +749,7 @@ def small_batch(ev: Evidence) -> Finding | None:
         if (per_step is not None and per_step < 4) or (per_step is None and site["calls"] < 1000):
             continue
         bench = site.get("batch_bench")
-        saving = _bench_saving(site["seconds"], bench)
+        saving = _bench_saving(_alone_forwards(site), bench)
         if best is None or (saving or 0.0) > (best[1] or 0.0):
             best = (site, saving, per_step)
     if best is None:
@@ -745,9 +757,13 @@ def small_batch(ev: Evidence) -> Finding | None:
     site, saving, per_step = best
     where, seconds = _per_sample_loop(ev, site)
     bench = site.get("batch_bench") or {}
-    if seconds > site["seconds"] and saving is not None:  # the helper called per sample, not only its forward
-        saving = _bench_saving(seconds, bench)
-    estimate = (f"the per-sample calls' measured {seconds_short(seconds)} × (1 − {call_time(bench['fast_s'])} / "
+    # Without the profiler: the helper called per sample (not only its forward) slowed as its forward was.
+    alone = seconds * _alone_forwards(site) / site["seconds"] if site["seconds"] > 0 else seconds
+    if saving is not None:
+        saving = _bench_saving(alone, bench)
+    estimate = (f"the per-sample calls' {seconds_short(alone)} without the profiler (the {seconds_short(seconds)} measured "
+                f"under it, scaled as the forward's {call_time(site['seconds'] / site['calls'])} per call under it is "
+                f"{call_time(bench['slow_s'] / bench['n'])} alone) × (1 − {call_time(bench['fast_s'])} / "
                 f"{call_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
                 f"of one, the same module micro-benchmarked after the script" if saving is not None else
                 f"not measured ({bench.get('error', 'no micro-benchmark')})")
@@ -756,6 +772,13 @@ def small_batch(ev: Evidence) -> Finding | None:
         "small_batch",
         f"{_site_where(site)} ran a module on one sample at a time {site['calls']:,} times{often}; the forwards took "
         f"{seconds_short(site['seconds'])}", saving, estimate, where=where)
+
+
+def _alone_forwards(site: Mapping[str, Any]) -> float:
+    """A call site's forwards without the profiler, from its batch micro-benchmark's time per forward."""
+    bench = site.get("batch_bench") or {}
+    per_call = float(bench.get("slow_s") or 0.0) / int(bench.get("n") or 1)
+    return _unprofiled(site["seconds"], site["calls"], per_call)
 
 
 def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> tuple[str, float]:
