@@ -140,7 +140,7 @@ def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
         (["--", "python", "-m", "no_such_module_here"], "no module named 'no_such_module_here'"),
         (["--", "python", "-c", "print(1)"], "python option -c is not supported"),
         (["--config", "naive", "--", "python", "x.py"], "--config applies to rlperf's own loop"),
-        (["--verify", "1", "--", "python", "x.py"], "--verify applies to rlperf's own loop"),
+        (["--tensorboard", "--", "python", "x.py"], "--tensorboard applies to rlperf's own loop"),
         (["python", "x.py"], "put your command after --"),
         (["--"], "nothing to run after --"),  # not rlperf's own loop with the default config
     ],

@@ -34,7 +34,8 @@ def profile(
     native: Annotated[bool, typer.Option("--native", help="With --py-spy: also sample native (C/C++) frames.")] = False,
     verify: Annotated[int, typer.Option(
         "--verify", metavar="K", help="Run the top K findings' compare lines (3 interleaved repeats each) and print the "
-        "measured gain beside each estimate.")] = 0,
+        "measured gain beside each estimate; for a script, re-run it alone as it is and with each fix rlperf can "
+        "apply from outside (threads, gc_pauses, autograd_forward).")] = 0,
     pyspy_child: Annotated[str | None, typer.Option(
         "--pyspy-child", hidden=True, help="Internal: run as the py-spy child, write the record here.")] = None,
     *,
@@ -182,6 +183,18 @@ def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs, stop: Any) -
         return verify_findings(record, cfg, k, out=run.out, on_run=progress.on_run if progress else None, stop=stop)
 
 
+def _verify_script(target: Any, record: dict[str, Any], k: int, run: RunArgs) -> None:
+    """``--verify K`` after a script's profile: its top findings re-measured, the record rewritten."""
+    from rlperf.atomic import write_json_atomic
+    from rlperf.instruments.script_verify import VERIFY_REPEATS, verify_script
+
+    if not (run.quiet or run.json_):
+        print(f"verifying the top {k} finding(s): the script alone, as it is and with each fix rlperf can apply, "
+              f"{VERIFY_REPEATS} interleaved runs each (its output not shown)", file=sys.stderr)
+    record["profile"]["verify"] = verify_script(target, record, k)
+    write_json_atomic(Path(record["run_dir"]) / "run.json", record)
+
+
 def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy: bool, native: bool, verify: int,
                     tensorboard: bool, run: RunArgs) -> None:
     """``rlperf profile [OPTIONS] -- python SCRIPT [ARGS]``: your script under the instruments; exits with its code."""
@@ -192,13 +205,15 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         raise RlperfError(f"unexpected argument {script[0]!r}", hint="put your command after --: rlperf profile -- "
                           "python train.py")
     ignored = [flag for flag, on in (("--config", run.config is not None), ("--set and the run flags", run.given),
-                                     ("--verify", verify > 0), ("--tensorboard", tensorboard)) if on]
+                                     ("--tensorboard", tensorboard)) if on]
     if ignored:
         raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
                           hint="set your script's options after --")
     target = parse_script_command(script)
     result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
                             quiet_stdout=run.json_, command=list(sys.argv))
+    if verify and result.exit_code == 0 and result.record["profile"]["advisor"]["findings"]:
+        _verify_script(target, result.record, verify, run)
     if run.json_:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
     else:

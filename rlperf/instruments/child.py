@@ -1,6 +1,7 @@
 """The process ``rlperf profile -- python SCRIPT [ARGS]`` starts: your script under cProfile.
 
-    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] -- (SCRIPT | -m MODULE) [ARGS...]
+    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] [--plain] [--apply FIX]
+        -- (SCRIPT | -m MODULE) [ARGS...]
 
 It runs the script as ``python SCRIPT ARGS`` would (``__main__``, ``sys.argv``, the script's folder
 first on ``sys.path``; ``-m`` as ``python -m`` does, with the working directory first), under
@@ -65,6 +66,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-cprofile", dest="cprofile", action="store_false")
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--parent", type=int, help="rlperf's pid: when it is gone, the script stops")
+    parser.add_argument("--plain", action="store_true", help="no instruments: time the script alone (--verify)")
+    parser.add_argument("--apply", action="append", default=[], metavar="FIX",
+                        help="a fix of rlperf.instruments.fixes, applied before the script runs")
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
@@ -164,6 +168,8 @@ class _Session:
         self.profiler: Any = None
         self.gc_monitor = GcMonitor()
         self.loop_started: float | None = None
+        self.loop_s: float | None = None
+        self.plain = False  # no instruments: the script alone (--verify's runs)
         self.window: _TorchWindow | None = None
         self.timers: list[Any] = []
         self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
@@ -249,8 +255,10 @@ class _Session:
             "loadavg_1m": os.getloadavg()[0],
             "preimported": self.preimported,
         }
-        if ended != "running":  # collecting removes the forward hooks and runs their micro-benchmarks: at the end only
+        if ended != "running" and not self.plain:  # collecting removes the hooks and runs micro-benchmarks: at the end
             data["evidence"] = evidence.collect()
+        if self.loop_s is not None:
+            data["loop_s"] = self.loop_s  # the script from its first line to its end (what --verify times)
         window = self.window
         if window is not None:
             if window.profiler.recorded:
@@ -275,11 +283,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent is not None:
         session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
-    evidence.install(kind, name)
-    evidence.sample_lines(kind, name)
+    if args.apply:
+        from rlperf.instruments.fixes import apply
+
+        apply(args.apply)
+    session.plain = args.plain
+    if not args.plain:
+        evidence.install(kind, name)
+        evidence.sample_lines(kind, name)
     from rlperf.instruments.profilers import CProfiler
 
-    session.profiler = CProfiler() if args.cprofile else None
+    session.profiler = CProfiler() if args.cprofile and not args.plain else None
     session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None
     faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
     exit_now = os._exit
@@ -291,13 +305,15 @@ def main(argv: list[str] | None = None) -> None:
     os._exit = _exit  # type: ignore[assignment]
     signal.signal(signal.SIGTERM, _terminate)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(session.gc_monitor.running())
+        if not args.plain:
+            stack.enter_context(session.gc_monitor.running())
         if session.window is not None:
             stack.enter_context(session.window.profiler.running())
         if session.profiler is not None:
             stack.enter_context(session.profiler.running())
         session.loop_started = perf_counter()
         code, ended = _run(kind, name)
+        session.loop_s = perf_counter() - session.loop_started
     session.finish(code, ended)
     with contextlib.suppress(ValueError, OSError):  # the script may have closed stdout (python -m json.tool does)
         sys.stdout.flush()

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,22 +195,25 @@ class ChildEnd:
 
 
 def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
-                     pyspy: tuple[str, Path, bool] | None = None) -> ChildEnd:
+                     pyspy: tuple[str, Path, bool] | None = None, child_args: Sequence[str] = (),
+                     silent: bool = False) -> ChildEnd:
     """Run the script in its child process (under py-spy when ``pyspy`` = (py-spy, recording, native)),
-    its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout).
+    its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout; none
+    when ``silent``), with ``child_args`` for :mod:`rlperf.instruments.child`.
     The child runs in its own process group, which holds the terminal while it runs; SIGINT and
     SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
     child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
              "--parent", str(os.getpid())]
     child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
-    child += ["--", *target.target]
+    child += [*child_args, "--", *target.target]
     root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     if pyspy is not None:
         child = pyspy_command(pyspy[0], pyspy[1], child, native=pyspy[2])
         env.update(pyspy_env())
     pipe = pyspy is not None  # py-spy talks on stdout: its lines are kept back
-    proc = subprocess.Popen(child, env=env, stdout=subprocess.PIPE if pipe else (sys.stderr if quiet_stdout else None),
+    output = subprocess.PIPE if pipe else subprocess.DEVNULL if silent else sys.stderr if quiet_stdout else None
+    proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
                             process_group=0)
     stopper = _Stopper(proc)
     spy_lines: list[str] = []

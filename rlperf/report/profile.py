@@ -88,6 +88,12 @@ def verified_text(v: Mapping[str, Any], saving: float | None, total_s: float) ->
     """The measured gain of a finding's compare line beside its estimate (``profile --verify``)."""
     if v.get("error"):
         return f"not verified: {v['error']}"
+    if "saving_s" in v:  # a script re-run as it is and with the fix applied (rlperf.instruments.script_verify)
+        text = (f"saved {seconds_short(v['saving_s'])} ({v['baseline_s']:.2f} s -> {v['fixed_s']:.2f} s, medians of "
+                f"{v['repeats']} interleaved runs of the script alone: {v['how']})")
+        if v.get("inside_noise"):
+            text += " (inside the noise: the runs overlap)"
+        return text + (f"; estimated {seconds_short(saving)}" if saving is not None else "")
     speedup, spread = v["speedup"], v.get("spread") or 0.0
     text = f"{speedup:.2f}× ± {spread:.2f} env steps/s over {v['repeats']} interleaved repeats"
     if v.get("inside_noise"):
