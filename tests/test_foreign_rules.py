@@ -494,3 +494,21 @@ def test_work_every_step_whose_result_is_only_collected_is_a_hot_spot(tmp_path: 
 def test_the_same_work_feeding_the_next_step_is_the_loop_s_own(tmp_path: Path) -> None:
     findings, _, _ = advise(tmp_path, METRIC.format(line="states = states * (1 + spread(states))"))
     assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
+
+
+def test_a_loop_that_imports_a_call_heavy_module_keeps_its_own_time(tmp_path: Path) -> None:
+    """cProfile's cost is left out for the loop's calls, not for the calls made while importing (their
+    time is left out whole): the loop's time stays the loop's, and nothing in it is a finding."""
+    (tmp_path / "heavy_import.py").write_text("def f():\n    return 1\n\nfor _ in range(400_000):\n    f()\n")
+    body = f"""
+    import sys
+    sys.path.insert(0, {str(tmp_path)!r})
+    env = Env()
+    for t in range(3000):
+        env.step(None)
+        if t == 5:
+            import heavy_import
+    """
+    findings, total, _ = advise(tmp_path, body)
+    assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
+    assert total > 0.005, total

@@ -323,14 +323,19 @@ class ScriptProfile:
         self.sources = sources or Sources()
         # The script's time without imports (of its own modules, and of packages imported inside
         # functions): the shares below are of the work the script does.
-        total = calls.total_s or sum(v[2] for v in self.raw.values())
-        importing = sum(v[3] for k, v in self.raw.items() if k[2] == "_find_and_load" and "importlib" in k[0])
-        self.total = max(total - importing - call_cost * calls.total_calls, 1e-9)
         self._holder: Key | None = None
         self.callees: dict[Key, list[tuple[Key, int, float]]] = defaultdict(list)
         for key, (_cc, _nc, _tt, _ct, callers) in self.raw.items():
             for caller, (_ccc, nc, _ttt, ct) in callers.items():
                 self.callees[caller].append((key, nc, ct))
+        total = calls.total_s or sum(v[2] for v in self.raw.values())
+        imports = [k for k in self.raw if k[2] == "_find_and_load" and "importlib" in k[0]]
+        importing = sum(self.raw[k][3] for k in imports)
+        # cProfile's cost for the calls outside the imports (those under them left with the imports' time),
+        # the calls taken as spread over the time (importing makes calls faster than a loop: a little more
+        # than its share of them is left out here)
+        counted = calls.total_calls * max(0.0, total - importing) / total if total > 0 else 0.0
+        self.total = max(total - importing - call_cost * counted, 0.05 * (total - importing), 1e-9)
         # The line sampler's counts (rlperf.instruments.evidence.LineSampler): (file, function) -> line -> samples
         # with that line of the function on the stack. Empty without samples (a script profiled in-process).
         self.line_samples: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
@@ -338,6 +343,17 @@ class ScriptProfile:
     def add_line_samples(self, samples: Mapping[str, Any] | None) -> None:
         for file, line, function, _inner, inclusive in (samples or {}).get("lines") or []:
             self.line_samples[(file, function)][int(line)] = int(inclusive)
+
+    def imported_only(self, key: Key) -> bool:
+        """Whether every call of ``key`` came from a module's top level run by an import (time the
+        script's total leaves out with the imports)."""
+        def imported(module: Key) -> bool:  # importlib runs a module's top level through exec
+            callers = self.raw.get(module, (0, 0, 0, 0, {}))[4]
+            return any("importlib" in c[0] or ("exec" in c[2] and any(
+                "importlib" in cc[0] for cc in self.raw.get(c, (0, 0, 0, 0, {}))[4])) for c in callers)
+
+        callers = self.raw[key][4] if key in self.raw else {}
+        return bool(callers) and all(c[2] == "<module>" and imported(c) for c in callers)
 
     def hottest_line(self, fn: Key) -> int | None:
         """The line of ``fn`` the sampler found it on most often (None without samples)."""
@@ -1202,7 +1218,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     best: tuple[str, float, str] | None = None
     best_fn: Key | None = None  # a library call from the hot function is part of it
     for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
-        if fn[2] in _ENV_METHODS or p.subtree(fn) & expected:
+        if fn[2] in _ENV_METHODS or p.subtree(fn) & expected or p.imported_only(fn):
             continue
         sites = [e for e in p.edges([fn]) if e.caller != fn]
         cum = _total(sites)[1] if sites else p.cumtime(fn)
@@ -1235,6 +1251,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
         # rlperf's own calls in the script (PhaseTimer.step_done(), a phase) are the instrument's, not the loop's.
         if (e.callee[2] in _ENV_METHODS or e.caller[2] in _ENV_METHODS or e.callee[2].startswith("<")
+                or "importlib" in e.callee[0]  # an import inside the loop: its time is left out of the loop's
                 or e.callee[0].startswith(_RLPERF_DIR)
                 or (e.caller[2].startswith("<") and e.caller[2] != "<module>") or e.caller == best_fn
                 or any(w in k[0].replace(os.sep, "/") for k in p.subtree(e.callee, 3) for w in _WAITING)
