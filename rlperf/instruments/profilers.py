@@ -78,7 +78,15 @@ def user_code(roots: Sequence[str | Path]) -> Callable[[str], bool]:
     folders = [str(Path(r).resolve()) + os.sep for r in roots]
     installed = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
+    known: dict[str, bool] = {}  # asked once per file: the forward hooks ask at every module call
+
     def own(file: str) -> bool:
+        found = known.get(file)
+        if found is None:
+            found = known[file] = _own(file)
+        return found
+
+    def _own(file: str) -> bool:
         if not file or file.startswith(("~", "<")) or is_own(file) or any(p in file for p in installed):
             return False
         path = str(Path(file).resolve()) if not os.path.isabs(file) else file
