@@ -512,3 +512,32 @@ def test_a_loop_that_imports_a_call_heavy_module_keeps_its_own_time(tmp_path: Pa
     findings, total, _ = advise(tmp_path, body)
     assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
     assert total > 0.005, total
+
+
+FUNCTIONAL = """
+import torch
+
+def {name}(state, out):
+    for k in range(1100):
+        out[2 * k:2 * k + 2] = state[k]
+    return out
+
+q = torch.nn.Sequential(torch.nn.Linear(2200, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+opt = torch.optim.Adam(q.parameters())
+state, out = np.ones((1100, 2)), np.zeros(2200, np.float32)
+for t in range(300):
+    obs = torch.from_numpy({name}(state, out))  # planted
+    loss = q(obs).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_functional_env_s_own_loop_is_the_env_s_cost_unless_it_dominates(tmp_path: Path) -> None:
+    """The same Python loop, a third of the script: in the env (env_observe) it is the env's work, as
+    in an Env's step; in the agent's observation handling it is preprocessing."""
+    findings, total, _ = advise(tmp_path, FUNCTIONAL.format(name="env_observe"))
+    assert findings == [], [(f.id, f.where, f.est_saving_s, total) for f in findings]
+    f = check_first(*advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs")), "preprocessing")
+    assert "Python loop" in f.evidence

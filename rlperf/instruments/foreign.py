@@ -1128,6 +1128,13 @@ _WORDS = {
     "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
 }
 _ENV_METHODS = ("step", "reset", "__init__", "render")
+
+
+def _env_function(name: str) -> bool:
+    """An env's own method, or a function of an env written as functions (``env_step``,
+    ``env_observe``, ``reset_env``): the env's cost, not the agent's."""
+    lowered = name.lower()
+    return name in _ENV_METHODS or lowered.startswith("env_") or lowered.endswith("_env")
 _COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "info", "debug", "write")
 """Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
 
@@ -1177,7 +1184,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             if not loops:
                 continue
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
-        if own < (0.3 if fn == holder else 0.4 if fn[2] in _ENV_METHODS else 0.25) * p.total:
+        if own < (0.3 if fn == holder else 0.4 if _env_function(fn[2]) else 0.25) * p.total:
             continue
         share = p.loop_share(fn) if fn != holder else None
         if share is not None and share < 0.5:
@@ -1218,7 +1225,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     best: tuple[str, float, str] | None = None
     best_fn: Key | None = None  # a library call from the hot function is part of it
     for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
-        if fn[2] in _ENV_METHODS or p.subtree(fn) & expected or p.imported_only(fn):
+        if _env_function(fn[2]) or p.subtree(fn) & expected or p.imported_only(fn):
             continue
         sites = [e for e in p.edges([fn]) if e.caller != fn]
         cum = _total(sites)[1] if sites else p.cumtime(fn)
@@ -1250,7 +1257,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
         # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
         # rlperf's own calls in the script (PhaseTimer.step_done(), a phase) are the instrument's, not the loop's.
-        if (e.callee[2] in _ENV_METHODS or e.caller[2] in _ENV_METHODS or e.callee[2].startswith("<")
+        if (_env_function(e.callee[2]) or _env_function(e.caller[2]) or e.callee[2].startswith("<")
                 or "importlib" in e.callee[0]  # an import inside the loop: its time is left out of the loop's
                 or e.callee[0].startswith(_RLPERF_DIR)
                 or (e.caller[2].startswith("<") and e.caller[2] != "<module>") or e.caller == best_fn
