@@ -91,6 +91,7 @@ def test_a_clean_loop_with_the_phase_api_gets_its_phase_table_and_no_finding(tmp
     own = [row["function"] for row in record["profile"]["cprofile"]["top"] if row["own"]]
     assert any("common.py" in name and "(run)" in name for name in own)
     assert not any("rlperf/" in name for name in own)
+    assert not any("instruments/child.py" in row["function"] for row in record["profile"]["cprofile"]["top"])
 
 
 def test_a_script_without_the_api_gets_a_profile_and_is_told_how_to_get_phases(tmp_path: Path) -> None:

@@ -423,9 +423,10 @@ def _script_profile_section(child: dict[str, Any], record: dict[str, Any], optio
 
 
 def _launcher(label: str) -> bool:
-    """Frames that are not the script's work: runpy and exec above all of it, and imports (a lazy
-    import inside the loop is start-up, counted apart by the advisor too)."""
-    return label.startswith(("<frozen runpy>", "<frozen importlib")) or label == "<built-in method builtins.exec>"
+    """Frames that are not the script's work: the child's and runpy's and exec above all of it, and
+    imports (a lazy import inside the loop is start-up, counted apart by the advisor too)."""
+    return (label.startswith(("<frozen runpy>", "<frozen importlib")) or label == "<built-in method builtins.exec>"
+            or "rlperf/instruments/child.py:" in label.replace(os.sep, "/"))
 
 
 def _script_calls(run_dir: Path, target: ScriptTarget) -> CallStats:
