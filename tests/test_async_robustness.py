@@ -1,6 +1,6 @@
 """Async mode robustness (DESIGN §6, §7) with real processes and real signals.
 
-Each test starts ``rlperf train`` in async mode as a separate process (its own session, so a
+Each scenario starts ``rlperf train`` in async mode as a separate process (its own session, so a
 "Ctrl-C" can be sent to its whole process group like a terminal does), waits until the actors are
 stepping, then kills an actor or signals the learner. Every ending must leave no process and no
 ``/dev/shm`` segment behind, and a record that says what happened.
