@@ -120,8 +120,9 @@ def compare(
         with rendering():
             print("compare: interrupted before two columns had a run", file=sys.stderr)
         raise typer.Exit(code or stop.exit_code)
+    comparison = build_comparison(sides)
     with rendering():
-        _show_comparison(build_comparison(sides), interrupted, run)
+        _show_comparison(comparison, interrupted, run)
         if run.plot:
             from rlperf.cli.figures import draw_comparison
 

@@ -429,8 +429,8 @@ def run_sweep(
 
 def _run_trials(ray_session: _RaySession | None, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None,
                 notify: TrialCallback, stop: StopSignal) -> tuple[DiskError | None, bool]:
-    """Run the trials on Ray or here, one at a time; returns the full disk that stopped them (if one did) and
-    whether any trial did not run to its end. A trial still pending was never run: it becomes "not run"."""
+    """Run the trials (with Tune, or here one at a time); returns the full disk that stopped them, if one
+    did, and whether any trial did not run to its end."""
     disk: DiskError | None = None
     try:
         if ray_session is not None:
