@@ -1,6 +1,6 @@
 """Async mode robustness (DESIGN §6, §7) with real processes and real signals.
 
-Each test starts ``rlperf train`` in async mode as a separate process (its own session, so a
+Each scenario starts ``rlperf train`` in async mode as a separate process (its own session, so a
 "Ctrl-C" can be sent to its whole process group like a terminal does), waits until the actors are
 stepping, then kills an actor or signals the learner. Every ending must leave no process and no
 ``/dev/shm`` segment behind, and a record that says what happened.
@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -128,41 +130,97 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.fixture
-def runs():
-    started: list[Run] = []
-    yield started
-    for run in started:
-        run.kill()
-
-
-def test_killed_actor_fails_the_run_within_a_second(tmp_path: Path, runs: list[Run]) -> None:
-    run = Run(tmp_path, "crash")
-    runs.append(run)
+def _kill_an_actor(run: Run) -> dict[str, Any]:
     victim = run.wait_stepping()[1]
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     code, record = run.finish()
+    return {"victim": victim, "killed_at": killed_at, "code": code, "record": record}
+
+
+def _restart_then_ctrl_c(run: Run) -> dict[str, Any]:
+    first = run.wait_stepping()
+    os.kill(first[0], signal.SIGKILL)
+    replaced = run.wait_stepping()  # the replacement steps
+    os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group gets it
+    code, record = run.finish()
+    return {"first": first, "replaced": replaced, "code": code, "record": record}
+
+
+def _sigterm_the_learner(run: Run) -> dict[str, Any]:
+    run.wait_stepping()
+    run.proc.send_signal(signal.SIGTERM)
+    code, record = run.finish()
+    return {"code": code, "record": record}
+
+
+def _kill_the_learner(run: Run) -> dict[str, Any]:
+    actor = run.wait_stepping()[0]
+    run.proc.send_signal(signal.SIGKILL)  # no chance to clean up
+    run.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while _running(actor) and time.monotonic() < deadline:  # the actor notices its parent is gone
+        time.sleep(0.05)
+    return {"actor": actor}
+
+
+SCENARIOS: dict[str, tuple[tuple[str, ...], int, Callable[[Run], dict[str, Any]]]] = {
+    "crash": ((), 2, _kill_an_actor),
+    "restart": (("async.restart_actors=true", "async.buffer=locked"), 1, _restart_then_ctrl_c),
+    "term": (("async.wait=sleep",), 1, _sigterm_the_learner),
+    "orphan": ((), 1, _kill_the_learner),
+}
+# Each scenario is mostly two or three cold starts of a torch process, one after the other: run side by
+# side, they use both cores. The killed actor, whose detection is timed (under a second), runs alone.
+PHASES = (("crash",), ("restart", "term", "orphan"))
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Run, Any]]]:
+    """Every scenario's run and what it saw; any run still going at the end is killed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = tmp_path_factory.mktemp("async")
+    runs: dict[str, Run] = {}
+    outcomes: dict[str, Any] = {}
+    try:
+        for phase in PHASES:
+            for name in phase:
+                sets, actors, _ = SCENARIOS[name]
+                runs[name] = Run(base, name, *sets, actors=actors)
+            with ThreadPoolExecutor(max_workers=len(phase)) as pool:
+                futures = {name: pool.submit(SCENARIOS[name][2], runs[name]) for name in phase}
+            outcomes.update((name, f) for name, f in futures.items())
+        yield {name: (runs[name], outcomes[name]) for name in runs}
+    finally:
+        for run in runs.values():
+            run.kill()
+
+
+def _outcome(played: dict[str, tuple[Run, Any]], name: str) -> tuple[Run, dict[str, Any]]:
+    """A scenario's run and outcome; its exception (an assertion in the scenario), raised here."""
+    run, future = played[name]
+    return run, future.result()
+
+
+def test_killed_actor_fails_the_run_within_a_second(played: dict[str, tuple[Run, Any]]) -> None:
+    run, o = _outcome(played, "crash")
+    code, record, victim = o["code"], o["record"], o["victim"]
     assert code == 1 and record["status"] == "failed"
     index = next(a["index"] for a in record["async"]["per_actor"] if victim in a["pids"])
     assert f"actor {index} (pid {victim}) was killed by SIGKILL (exit code -9)" in record["error"]
     failure = record["async"]["failure"]
     assert failure["pid"] == victim and failure["exit_code"] == -9
-    assert failure["detected_monotonic"] - killed_at < 1.0  # CLOCK_MONOTONIC is system-wide on Linux
+    assert failure["detected_monotonic"] - o["killed_at"] < 1.0  # CLOCK_MONOTONIC is system-wide on Linux
     other = record["async"]["per_actor"][1 - index]
     assert other["exit_code"] == 0  # stopped in order through the shared flag
     run.assert_nothing_left(record)
 
 
-def test_restarted_actor_then_ctrl_c(tmp_path: Path, runs: list[Run]) -> None:
-    run = Run(tmp_path, "restart", "async.restart_actors=true", "async.buffer=locked", actors=1)
-    runs.append(run)
-    first = run.wait_stepping()
-    os.kill(first[0], signal.SIGKILL)
-    replaced = run.wait_stepping()  # the replacement steps
+def test_restarted_actor_then_ctrl_c(played: dict[str, tuple[Run, Any]]) -> None:
+    run, o = _outcome(played, "restart")
+    code, record, first, replaced = o["code"], o["record"], o["first"], o["replaced"]
     assert replaced[0] != first[0]
-    os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group gets it
-    code, record = run.finish()
     assert code == 130 and record["status"] == "interrupted", run.output()
     a = record["async"]
     assert a["restarts"] == 1 and a["restart_events"][0]["pid"] == first[0] and a["restart_events"][0]["exit_code"] == -9
@@ -174,27 +232,17 @@ def test_restarted_actor_then_ctrl_c(tmp_path: Path, runs: list[Run]) -> None:
     run.assert_nothing_left(record)
 
 
-def test_sigterm_to_the_learner_interrupts_cleanly(tmp_path: Path, runs: list[Run]) -> None:
-    run = Run(tmp_path, "term", "async.wait=sleep", actors=1)
-    runs.append(run)
-    run.wait_stepping()
-    run.proc.send_signal(signal.SIGTERM)
-    code, record = run.finish()
+def test_sigterm_to_the_learner_interrupts_cleanly(played: dict[str, tuple[Run, Any]]) -> None:
+    run, o = _outcome(played, "term")
+    code, record = o["code"], o["record"]
     assert code == 143 and record["status"] == "interrupted"
     assert record["async"]["per_actor"][0]["exit_code"] == 0
     assert (run.run_dir() / "checkpoint.pt").exists()
     run.assert_nothing_left(record)
 
 
-def test_killed_learner_leaves_no_actor_and_its_segment_is_cleaned(tmp_path: Path, runs: list[Run]) -> None:
-    run = Run(tmp_path, "orphan", actors=1)
-    runs.append(run)
-    actor = run.wait_stepping()[0]
-    run.proc.send_signal(signal.SIGKILL)  # no chance to clean up
-    run.proc.wait(10)
-    deadline = time.monotonic() + 10
-    while _running(actor) and time.monotonic() < deadline:  # the actor notices its parent is gone
-        time.sleep(0.05)
-    assert not _running(actor)
+def test_killed_learner_leaves_no_actor_and_its_segment_is_cleaned(played: dict[str, tuple[Run, Any]]) -> None:
+    run, o = _outcome(played, "orphan")
+    assert not _running(o["actor"])
     cleanup_stale()  # what the next run does first (the resource tracker may have been quicker)
     run.assert_nothing_left()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,41 @@ def run_script(name: str, *args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_bench_env_quick() -> None:
-    result = run_script("bench_env.py", "--quick", "--overheads", "--json")
+# The quick runs the tests below read, by test, longest first. {tmp}: the run's own folder (for plots).
+QUICK_RUNS: dict[str, tuple[str, ...]] = {
+    "test_bench_scaling_quick": ("bench_scaling.py", "--quick", "--json", "--plot", "{tmp}/scaling.png"),
+    "test_bench_peers_quick": ("bench_peers.py", "--quick", "--json", "--plot", "{tmp}/curves.png"),
+    "test_bench_train_quick_knobs": ("bench_train.py", "--quick", "--part", "knobs", "--json"),
+    "test_bench_gate_quick": ("bench_gate.py", "--quick", "--json"),
+    "test_bench_replay_quick": ("bench_replay.py", "--quick", "--json"),
+    "test_bench_limits_quick": ("bench_limits.py", "--quick", "--json"),
+    "test_bench_env_quick": ("bench_env.py", "--quick", "--overheads", "--json"),
+    "test_baseline_heuristic_json": ("baseline_heuristic.py", "--size", "6", "--envs", "32", "--episodes", "50", "--json"),
+}
+
+
+@pytest.fixture(scope="module")
+def quick(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[tuple[dict, Path]]]:
+    """Every quick run a selected, not skipped test of this module reads, two at a time, longest first:
+    each is one or a few cold torch processes in a row, one core busy; side by side they use both.
+    A test gets its run's (JSON result, folder); the run's failure is raised in that test."""
+    wanted = {item.name for item in request.session.items
+              if item.module is request.module and item.get_closest_marker("skip") is None}
+    futures: dict[str, Future[tuple[dict, Path]]] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        if "test_bench_gpu_pipeline_on_cpu" in wanted:  # four parts in a row: among the longest
+            folder = tmp_path_factory.mktemp("gpu")
+            futures["test_bench_gpu_pipeline_on_cpu"] = pool.submit(lambda f: (run_gpu_parts(f), f), folder)
+        for test, (script, *args) in QUICK_RUNS.items():
+            if test in wanted:
+                folder = tmp_path_factory.mktemp(test)
+                futures[test] = pool.submit(lambda s, a, f: (run_script(s, *a), f), script,
+                                            [arg.format(tmp=folder) for arg in args], folder)
+    return futures
+
+
+def test_bench_env_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_bench_env_quick"].result()
     assert result["kernels"] == ["fused", "ops"]
     (overheads,) = result["overheads"]  # at the largest quick N
     for kernel in ("fused", "ops"):
@@ -36,13 +70,13 @@ def test_bench_env_quick() -> None:
     assert all(row["fused_ratio"] > 0 and row["ops_ratio"] > 0 for row in result["gym"])
 
 
-def test_baseline_heuristic_json() -> None:
-    result = run_script("baseline_heuristic.py", "--size", "6", "--envs", "32", "--episodes", "50", "--json")
+def test_baseline_heuristic_json(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_baseline_heuristic_json"].result()
     assert result["episodes"] == 50 and result["mean_score"] > 0
 
 
-def test_bench_train_quick_knobs() -> None:
-    result = run_script("bench_train.py", "--quick", "--part", "knobs", "--json")
+def test_bench_train_quick_knobs(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_bench_train_quick_knobs"].result()
     variants = [row["variant"] for row in result["knobs"]]
     assert variants[0] == "fast (all fixes)" and "buffer.push=loop" in variants and "env.flood_fill=bfs" in variants
     assert all(row["env_steps_per_s"] > 0 and row["fast_over_variant"] > 0 for row in result["knobs"])
@@ -59,8 +93,8 @@ def needs(module: str) -> pytest.MarkDecorator:
 
 @needs("stable_baselines3")
 @needs("torchrl")
-def test_bench_replay_quick() -> None:
-    result = run_script("bench_replay.py", "--quick", "--json")
+def test_bench_replay_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_bench_replay_quick"].result()
     libraries = {row["library"]: row for row in result["libraries"]}
     assert set(libraries) == {"rlperf", "sb3", "torchrl"} and result["missing"] == []
     for row in libraries.values():
@@ -72,9 +106,9 @@ def test_bench_replay_quick() -> None:
 
 
 @needs("stable_baselines3")
-def test_bench_peers_quick(tmp_path: Path) -> None:
-    plot = tmp_path / "curves.png"
-    result = run_script("bench_peers.py", "--quick", "--json", "--plot", str(plot))
+def test_bench_peers_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, folder = quick["test_bench_peers_quick"].result()
+    plot = folder / "curves.png"
     kinds = [(entry["kind"], entry["n_envs"]) for entry in result["entries"]]
     assert kinds == [("rlperf", 16), ("sb3", 1), ("sb3", 4)]
     steps = result["env_steps"]
@@ -92,9 +126,9 @@ def test_bench_peers_quick(tmp_path: Path) -> None:
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bench_scaling_quick(tmp_path: Path) -> None:
-    plot = tmp_path / "scaling.png"
-    result = run_script("bench_scaling.py", "--quick", "--json", "--plot", str(plot))
+def test_bench_scaling_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, folder = quick["test_bench_scaling_quick"].result()
+    plot = folder / "scaling.png"
     runs = result["runs"]
     assert [r["episodes_asked"] for r in runs] == [20, 60]
     for r in runs:
@@ -106,8 +140,8 @@ def test_bench_scaling_quick(tmp_path: Path) -> None:
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bench_limits_quick() -> None:
-    result = run_script("bench_limits.py", "--quick", "--json")
+def test_bench_limits_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_bench_limits_quick"].result()
     assert result["bandwidth_bytes_per_s"]["median"] > 1e8  # any machine copies faster than 100 MB/s
     assert 0 < result["op_overhead_s"]["median"] < 1e-3
     rows = {(r["kernel"], r["flood_fill"], r["n"]): r for r in result["rows"]}
@@ -127,15 +161,21 @@ GPU_PARTS = {"env", "limits", "replay", "train_knobs", "timers_sync", "timers_ev
 CHEAP_GPU_PARTS = ("env", "timers_sync", "timers_events", "default_run")
 
 
-def test_bench_gpu_pipeline_on_cpu(tmp_path: Path) -> None:
-    """The GPU script's parts, on the CPU with tiny sizes: one well-formed file per part."""
+def run_gpu_parts(folder: Path) -> dict:
+    """bench_gpu.sh's list, then its cheap parts into ``folder``, on the CPU with tiny sizes."""
     env = {**os.environ, "DEVICE": "cpu", "QUICK": "1", "PYTHON": sys.executable}
     listed = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), "list"], capture_output=True, text=True, env=env)
-    assert GPU_PARTS <= {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
     for name in CHEAP_GPU_PARTS:
-        proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), name, str(tmp_path)], capture_output=True,
+        proc = subprocess.run(["bash", str(SCRIPTS / "bench_gpu.sh"), name, str(folder)], capture_output=True,
                               text=True, env=env, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"listed": listed.stdout}
+
+
+def test_bench_gpu_pipeline_on_cpu(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    """The GPU script's parts, on the CPU with tiny sizes: one well-formed file per part."""
+    ran, tmp_path = quick["test_bench_gpu_pipeline_on_cpu"].result()
+    assert GPU_PARTS <= {line.split()[0] for line in ran["listed"].splitlines() if line.strip()}
     parts = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert set(parts) == set(CHEAP_GPU_PARTS)
     assert all(part["exit_code"] == 0 and part["device"] == "cpu" and part["gpu"] is None for part in parts.values())
@@ -191,8 +231,8 @@ def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
-def test_bench_gate_quick() -> None:
-    result = run_script("bench_gate.py", "--quick", "--json")
+def test_bench_gate_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
+    result, _ = quick["test_bench_gate_quick"].result()
     for kind in ("identical", "planted"):
         r = result[kind]
         assert r["trials"] == 2 and 0 <= r["fail"] <= 2 and r["wall_s_per_verdict"] > 0

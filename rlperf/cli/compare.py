@@ -16,6 +16,7 @@ from rlperf.report.units import terminal_safe
 
 if TYPE_CHECKING:
     from rlperf.config import Config
+    from rlperf.experiments.compare import Side
 
 
 def candidate_arguments(args: list[str]) -> list[str]:
@@ -121,17 +122,7 @@ def compare(
         raise typer.Exit(code or stop.exit_code)
     comparison = build_comparison(sides)
     with rendering():
-        if run.json_:
-            sys.stdout.write(json.dumps(comparison, indent=2, default=str) + "\n")
-        else:
-            from rlperf.experiments.compare import compare_table
-            from rlperf.report.tables import print_table
-
-            print_table(compare_table(comparison))
-            for warning in comparison["warnings"]:
-                print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
-        if interrupted:
-            print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
+        _show_comparison(comparison, interrupted, run)
         if run.plot:
             from rlperf.cli.figures import draw_comparison
 
@@ -139,24 +130,28 @@ def compare(
     raise typer.Exit(code)
 
 
+def _show_comparison(comparison: dict[str, Any], interrupted: bool, run: RunArgs) -> None:
+    """The comparison's JSON, or its table and warnings; a note when a signal cut the runs short."""
+    if run.json_:
+        sys.stdout.write(json.dumps(comparison, indent=2, default=str) + "\n")
+    else:
+        from rlperf.experiments.compare import compare_table
+        from rlperf.report.tables import print_table
+
+        print_table(compare_table(comparison))
+        for warning in comparison["warnings"]:
+            print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
+    if interrupted:
+        print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
+
+
 def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: str | None, metric: str,
           repeats: int | None, vs: list[str], allow: list[str], make_config: Any, run: RunArgs) -> None:
     """``--candidate ... --fail-if-slower PCT``: run or read both sides, print the table and the verdict, exit 0 or 1."""
     from rlperf.experiments import gate
-    from rlperf.experiments.compare import compare as build_comparison
     from rlperf.report.dashboard import RunsProgress
 
-    if not candidate_args:
-        raise RlperfError("--fail-if-slower needs --candidate", hint="rlperf compare BASELINE --candidate CONFIG "
-                          "--fail-if-slower 5%")
-    if fail_if_slower is None:
-        raise RlperfError("--candidate is the CI gate: give its threshold", hint="add --fail-if-slower 5%")
-    if vs:
-        raise RlperfError("--vs does not combine with --candidate", hint="give the candidate as a config or records")
-    if metric not in gate.METRICS:
-        raise RlperfError(f"unknown --gate-metric {metric!r}", hint=f"use {' or '.join(gate.METRICS)}")
-    threshold = gate.parse_threshold(fail_if_slower)
-    gate.check_allowed(allow)
+    threshold = _check_gate_options(candidate_args, fail_if_slower, metric, vs, allow)
     repeats = repeats or gate.DEFAULT_REPEATS
     baseline = gate.load_side(baseline_args, "baseline", make_config)
     candidate = gate.load_side(candidate_args, "candidate", make_config)
@@ -180,6 +175,46 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
+    result, (b, c) = _gate_result(base, cand, threshold, metric, allow)
+    with rendering():
+        _show_gate(result, run)
+        if run.plot:
+            from rlperf.cli.figures import draw_comparison
+
+            ran = [r for s, side in ((baseline[0], base), (candidate[0], cand)) if s.config is not None
+                   for r in side.records]
+            draw_comparison([(base.label, base.records), (cand.label, cand.records)], ran, run.out, run.name,
+                            prefix="gate", quiet=run.quiet, gate=result, gate_samples=(b, c))
+    raise typer.Exit(result["exit_code"])
+
+
+def _check_gate_options(candidate_args: list[str], fail_if_slower: str | None, metric: str, vs: list[str],
+                        allow: list[str]) -> float:
+    """Refuse a gate that is missing a side or its threshold, or mixes in --vs or an unknown metric or
+    mismatch key; returns the threshold."""
+    from rlperf.experiments import gate
+
+    if not candidate_args:
+        raise RlperfError("--fail-if-slower needs --candidate", hint="rlperf compare BASELINE --candidate CONFIG "
+                          "--fail-if-slower 5%")
+    if fail_if_slower is None:
+        raise RlperfError("--candidate is the CI gate: give its threshold", hint="add --fail-if-slower 5%")
+    if vs:
+        raise RlperfError("--vs does not combine with --candidate", hint="give the candidate as a config or records")
+    if metric not in gate.METRICS:
+        raise RlperfError(f"unknown --gate-metric {metric!r}", hint=f"use {' or '.join(gate.METRICS)}")
+    threshold = gate.parse_threshold(fail_if_slower)
+    gate.check_allowed(allow)
+    return threshold
+
+
+def _gate_result(base: Side, cand: Side, threshold: float, metric: str,
+                 allow: list[str]) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
+    """The verdict on the gathered sides with what it rests on (each side's samples, names and run
+    directories, the config changes, the comparison), and the two sides' samples."""
+    from rlperf.experiments import gate
+    from rlperf.experiments.compare import compare as build_comparison
+
     changed = gate.check_like_with_like({side.label: [(name, gate.measures(r)) for name, r in
                                                        zip(gate.run_names(side), side.records, strict=True)]
                                          for side in (base, cand)}, allow)
@@ -196,25 +231,23 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
     result["allowed_mismatches"] = allow
     result["warnings"] = comparison["warnings"]
     result["comparison"] = comparison
-    with rendering():
-        if run.json_:
-            sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
-        else:
-            from rlperf.experiments.compare import compare_table
-            from rlperf.report.tables import print_table
+    return result, (b, c)
 
-            print_table(compare_table(comparison, title="gate"))
-            print(terminal_safe(gate.compared_line(result)))
-            if changed:
-                print(terminal_safe(f"the sides differ in config: {'; '.join(changed)}"))
-            print(terminal_safe(gate.verdict_line(result)))
-            for warning in comparison["warnings"]:
-                print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
-        if run.plot:
-            from rlperf.cli.figures import draw_comparison
 
-            ran = [r for s, side in ((baseline[0], base), (candidate[0], cand)) if s.config is not None
-                   for r in side.records]
-            draw_comparison([(base.label, base.records), (cand.label, cand.records)], ran, run.out, run.name,
-                            prefix="gate", quiet=run.quiet, gate=result, gate_samples=(b, c))
-    raise typer.Exit(result["exit_code"])
+def _show_gate(result: dict[str, Any], run: RunArgs) -> None:
+    """The gate's JSON, or its table, what was compared, the config changes, the verdict and the warnings."""
+    from rlperf.experiments import gate
+
+    if run.json_:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    from rlperf.experiments.compare import compare_table
+    from rlperf.report.tables import print_table
+
+    print_table(compare_table(result["comparison"], title="gate"))
+    print(terminal_safe(gate.compared_line(result)))
+    if result["config_changes"]:
+        print(terminal_safe(f"the sides differ in config: {'; '.join(result['config_changes'])}"))
+    print(terminal_safe(gate.verdict_line(result)))
+    for warning in result["warnings"]:
+        print(terminal_safe(f"warning: {warning}"), file=sys.stderr)

@@ -14,7 +14,10 @@ from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 
 if TYPE_CHECKING:
-    from rlperf.experiments.sweep import Trial
+    from collections.abc import Callable
+
+    from rlperf.experiments.sweep import Axis, SweepResult, Trial
+    from rlperf.report.dashboard import RunsProgress
 
 
 @command()
@@ -39,24 +42,44 @@ def sweep(
     run: RunArgs,
 ) -> None:
     """Run a grid of trials over any config keys; prints a table, writes sweep.csv/json/png."""
-    from rlperf.experiments.sweep import Axis, parse_param, run_sweep, split_values
+    from rlperf.experiments.sweep import run_sweep
     from rlperf.report.dashboard import RunsProgress
     from rlperf.run.files import check_run_name
 
     check_run_name(run.name)
     cfg = run.build_config()
-    axes = []
-    if train_ratio is not None:
-        axes.append(Axis("train.train_ratio", tuple(split_values(train_ratio))))
-    if envs is not None:
-        axes.append(Axis("env.num_envs", tuple(split_values(envs))))
-    axes += [parse_param(p) for p in param or []]
+    axes = _axes(train_ratio, envs, param or [])
 
     total = math.prod(len(a.values) for a in axes) * max(repeats, 0)
     progress = None if run.quiet or run.json_ else RunsProgress("sweep", total)
 
+    stop = command_stop()
+    stop.arm()  # from here a signal stops the sweep at the next boundary and its outputs are written
+    with progress or contextlib.nullcontext():
+        result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
+                           trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv, stop=stop, objective=objective,
+                           on_trial=_trial_reporter(progress) if progress else None, plot=run.plot)
+    with rendering():
+        _show_sweep(result, run)
+    raise typer.Exit(result.exit_code)
+
+
+def _axes(train_ratio: str | None, envs: str | None, params: list[str]) -> list[Axis]:
+    """The grid's axes: --train-ratio, --envs, then each --param, in that order."""
+    from rlperf.experiments.sweep import Axis, parse_param, split_values
+
+    axes: list[Axis] = []
+    if train_ratio is not None:
+        axes.append(Axis("train.train_ratio", tuple(split_values(train_ratio))))
+    if envs is not None:
+        axes.append(Axis("env.num_envs", tuple(split_values(envs))))
+    return axes + [parse_param(p) for p in params]
+
+
+def _trial_reporter(progress: RunsProgress) -> Callable[[str, Trial], None]:
+    """``on_trial`` for the sweep: each trial's start and its end (status and throughput) in ``progress``."""
+
     def on_trial(event: str, trial: Trial) -> None:
-        assert progress is not None
         what = " ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.params.items()) + f" repeat {trial.repeat}"
         if event == "start":
             progress.started_run(f"{trial.name}: {what}")
@@ -66,12 +89,11 @@ def sweep(
         figures = f" {rate:,.0f} env steps/s" if rate else ""
         progress.finished_run(f"{trial.name} {what}: {status}{figures}")
 
-    stop = command_stop()
-    stop.arm()  # from here a signal stops the sweep at the next boundary and its outputs are written
-    with progress or contextlib.nullcontext():
-        result = run_sweep(cfg, axes, repeats=repeats, out=run.out, name=run.name, backend=backend, address=address,
-                           trial_cpus=trial_cpus, trial_gpus=trial_gpus, command=sys.argv,
-                           on_trial=on_trial if progress else None, stop=stop, objective=objective, plot=run.plot)
+    return on_trial
+
+
+def _show_sweep(result: SweepResult, run: RunArgs) -> None:
+    """The sweep's JSON or table, and a line saying how many trials ran (failed, interrupted) and where."""
     data = result.data()
     failed = len(result.failed)
     line = f"sweep: {len(result.trials)} trials"
@@ -79,15 +101,13 @@ def sweep(
         line += f", {failed} failed"
     if result.interrupted:
         line += ", interrupted"
-    with rendering():
-        if run.json_:
-            sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-        else:
-            from rlperf.experiments.sweep import sweep_table
-            from rlperf.report.tables import print_table
+    if run.json_:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        from rlperf.experiments.sweep import sweep_table
+        from rlperf.report.tables import print_table
 
-            print_table(sweep_table(data))
-        if not run.quiet or failed or result.interrupted:
-            drawn = ", sweep.png" if (result.sweep_dir / "sweep.png").is_file() else ""
-            print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json{drawn})", file=sys.stderr)
-    raise typer.Exit(result.exit_code)
+        print_table(sweep_table(data))
+    if not run.quiet or failed or result.interrupted:
+        drawn = ", sweep.png" if (result.sweep_dir / "sweep.png").is_file() else ""
+        print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json{drawn})", file=sys.stderr)

@@ -10,7 +10,7 @@ compiles) and runs it for all boards in one call, in parallel over chunks of boa
 
 Memory. The kernel writes into VectorSnake's preallocated tensors through zero-copy numpy views
 (``Tensor.numpy()`` shares the storage), so a step allocates nothing and never waits on a device.
-The layout both kernels share (see ``VectorSnake._allocate``):
+The layout both kernels share (see ``VectorSnake._allocate_state``):
 
 - ``state``  int64 ``(STATE_ROWS, N)``: one row per per-board counter (the ``*_ROW`` constants);
 - ``ring``   int64 ``(N, C)``: the body's cells as a ring, the head at ``state[PTR_ROW]``;
@@ -66,7 +66,7 @@ else:
     IMPORT_ERROR = None
 
 # Per-board counters, rows of ``state``. The final counters are the last rows: what a step returns
-# of ``state``, ``floats`` and ``flags`` is then one run of bytes (``VectorSnake._allocate``).
+# of ``state``, ``floats`` and ``flags`` is then one run of bytes (``VectorSnake._allocate_state``).
 PTR_ROW, LENGTH_ROW, HEAD_ROW, DIR_ROW, FRUIT_ROW, HUNGRY_ROW = 0, 1, 2, 3, 4, 5
 EP_LEN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW, FINAL_SCORE_ROW = 6, 7, 8, 9
 STATE_ROWS = 10

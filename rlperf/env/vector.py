@@ -233,8 +233,16 @@ class VectorSnake(VectorEnv):
 
     # ------------------------------------------------------------------ setup
     def _allocate(self, obs_shape: tuple[int, ...]) -> None:
-        n, c, s, dev = self.num_envs, self.cells, self.size, self.device
-        i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
+        """Every tensor a step reads or writes, once: the board's lookup tables, the state rows and the
+        observation and output buffers."""
+        self._build_tables()
+        rows, floats_at, flags_at = self._allocate_state()
+        self._allocate_buffers(obs_shape, rows, floats_at, flags_at)
+
+    def _build_tables(self) -> None:
+        """The board's constant lookup tables (neighbours, turns, row/column of each cell)."""
+        c, s = self.cells, self.size
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": self.device}
         # Neighbour table: nbr[cell * 4 + direction] -> next cell, or `c` (the wall column) if the
         # move leaves the board. Row `c` (the wall itself) maps to the wall.
         nbr = torch.full((c + 1, 4), c, **i64)
@@ -253,6 +261,10 @@ class VectorSnake(VectorEnv):
         self._heading_fruit = self._heading_fruit_table() if 4 * c * c * 8 * 4 <= HEADING_FRUIT_TABLE_BYTES else None
         self._body_steps = torch.arange(self.initial_length, **i64)
 
+    def _allocate_state(self) -> tuple[torch.Tensor, int, int]:
+        """The boards' state; returns the one allocation of its rows and where the float and flag rows start."""
+        n, c, dev = self.num_envs, self.cells, self.device
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
         # The state both kernels share (layout in rlperf.env.fused): every per-board counter is a
         # row of one tensor, so the fused kernel gets it as one array and the ops kernel as views.
         # Both update it in place: the fused kernel's numpy views must stay valid.
@@ -283,6 +295,11 @@ class VectorSnake(VectorEnv):
         self._terminated = self._flags[TERMINATED_ROW]
         self._truncated = self._flags[TRUNCATED_ROW]
         self._done = self._flags[DONE_ROW]
+        return rows, floats_at, flags_at
+
+    def _allocate_buffers(self, obs_shape: tuple[int, ...], rows: torch.Tensor, floats_at: int, flags_at: int) -> None:
+        """The observation buffers, the random draws, and (copy=True) the pooled output sets over ``rows``."""
+        n, dev = self.num_envs, self.device
         # Two alternating observation buffers and final_obs.
         self._obs_all = torch.zeros((3, n, *obs_shape), dtype=torch.float32, device=dev)
         self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]

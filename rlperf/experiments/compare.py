@@ -478,12 +478,7 @@ def run_sources(
     plants a slowdown in one side with it). Returns (sides, interrupted): after a signal the sides
     hold the runs that finished.
     """
-    from rlperf.run.lifecycle import train_run
-
-    if runner is None:
-        def runner(label: str, cfg: Config, **kwargs: Any) -> Any:
-            return train_run(cfg, **kwargs)
-
+    runner = runner or _train
     if repeats < 1:
         raise RlperfError(f"--repeats must be at least 1 (got {repeats})")
     sides = [Side(s.label, s.origin, [s.record] if s.record is not None else []) for s in sources]
@@ -491,11 +486,7 @@ def run_sources(
     if not to_run:
         return sides, False
     check_sources(sources)
-    for _, s in to_run:
-        assert s.config is not None
-        if s.config.run.seed + repeats - 1 > SEED_MAX:
-            raise ConfigError(f"{s.label}: run.seed={s.config.run.seed} with --repeats {repeats} needs seeds above {SEED_MAX}",
-                              hint="pass a smaller --seed")
+    _check_seeds([s for _, s in to_run], repeats)
     own = stop is None
     stop = stop if stop is not None else StopSignal()
     stop.arm()
@@ -522,6 +513,22 @@ def run_sources(
                 if result.record["status"] == "interrupted" or stop():
                     return sides, True
     return sides, False
+
+
+def _train(label: str, cfg: Config, **kwargs: Any) -> Any:
+    """The default runner of :func:`run_sources`: :func:`~rlperf.run.lifecycle.train_run` (the label is not needed)."""
+    from rlperf.run.lifecycle import train_run
+
+    return train_run(cfg, **kwargs)
+
+
+def _check_seeds(sources: Sequence[Source], repeats: int) -> None:
+    """Refuse repeats whose seeds (``run.seed + k``) would pass SEED_MAX, naming the column."""
+    for s in sources:
+        assert s.config is not None
+        if s.config.run.seed + repeats - 1 > SEED_MAX:
+            raise ConfigError(f"{s.label}: run.seed={s.config.run.seed} with --repeats {repeats} needs seeds above {SEED_MAX}",
+                              hint="pass a smaller --seed")
 
 
 def _dir_name(label: str) -> str:

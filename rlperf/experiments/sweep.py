@@ -34,7 +34,7 @@ import os
 import signal
 import statistics
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -414,20 +414,8 @@ def run_sweep(
             stop.raise_if_set("the sweep started")
             sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
             result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base, objective=ranking)
-            disk: DiskError | None = None
-            try:
-                if ray_session is not None:
-                    ray_session.run(trials, sweep_dir, command, notify, stop)
-                else:
-                    _run_local(trials, sweep_dir, command, notify, stop)
-            except DiskError as exc:
-                disk = exc
-            # A trial still pending was never run: the sweep was stopped (a signal, a full disk, Tune).
-            stopped = [t for t in trials if t.status in ("pending", "interrupted", "not run")]
-            for t in stopped:
-                if t.status == "pending":
-                    t.status = "not run"
-            result.interrupted = stop() or bool(stopped)
+            disk, stopped = _run_trials(ray_session, trials, sweep_dir, command, notify, stop)
+            result.interrupted = stop() or stopped
             result.signum = stop.signum
             write_outputs(result, plot)
             if disk is not None:
@@ -437,6 +425,26 @@ def run_sweep(
         finally:
             if ray_session is not None:
                 ray_session.close()
+
+
+def _run_trials(ray_session: _RaySession | None, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None,
+                notify: TrialCallback, stop: StopSignal) -> tuple[DiskError | None, bool]:
+    """Run the trials (with Tune, or here one at a time); returns the full disk that stopped them, if one
+    did, and whether any trial did not run to its end."""
+    disk: DiskError | None = None
+    try:
+        if ray_session is not None:
+            ray_session.run(trials, sweep_dir, command, notify, stop)
+        else:
+            _run_local(trials, sweep_dir, command, notify, stop)
+    except DiskError as exc:
+        disk = exc
+    # A trial still pending was never run: the sweep was stopped (a signal, a full disk, Tune).
+    stopped = [t for t in trials if t.status in ("pending", "interrupted", "not run")]
+    for t in stopped:
+        if t.status == "pending":
+            t.status = "not run"
+    return disk, bool(stopped)
 
 
 def _run_local(trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback,
@@ -639,19 +647,7 @@ class _RaySession:
                 stop_file.unlink()
             (sweep_dir / "ray").mkdir(exist_ok=True)
             write_text_atomic(sweep_dir / "ray" / "tune_output.txt", captured.getvalue())
-        for i in range(len(grid)):
-            r = grid[i]
-            trial = pending.get(int((r.config or {}).get("trial", -1)))
-            if trial is None:
-                continue
-            t = trial
-            metrics = r.metrics or {}
-            if metrics.get("status") == "not run":
-                t.status = "not run"
-            elif r.error is not None and "run_dir" not in metrics:
-                t.status, t.error = "failed", _one_line(r.error)
-            elif "run_dir" in metrics:
-                _take_record(t, metrics["run_dir"], json.loads(metrics.get("record_json", "null")) or None)
+        _take_results(grid, pending)
 
     def close(self) -> None:
         if self.started:
@@ -668,6 +664,21 @@ def _quiet_logs(name: str) -> Iterator[None]:
     finally:
         logger.setLevel(level)
 
+
+def _take_results(grid: Any, pending: Mapping[int, Trial]) -> None:
+    """Each Tune result into its trial: its record, "failed" with the error, or "not run"."""
+    for i in range(len(grid)):
+        r = grid[i]
+        trial = pending.get(int((r.config or {}).get("trial", -1)))
+        if trial is None:
+            continue
+        metrics = r.metrics or {}
+        if metrics.get("status") == "not run":
+            trial.status = "not run"
+        elif r.error is not None and "run_dir" not in metrics:
+            trial.status, trial.error = "failed", _one_line(r.error)
+        elif "run_dir" in metrics:
+            _take_record(trial, metrics["run_dir"], json.loads(metrics.get("record_json", "null")) or None)
 
 def _progress_callback(pending: dict[int, Trial], notify: TrialCallback) -> Any:
     from ray import tune

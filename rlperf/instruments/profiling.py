@@ -168,30 +168,40 @@ def profile_run(cfg: Config, out: str | Path = "runs", name: str | None = None, 
     section["window"] = window_section(cfg, record, inst.step_durations())
     section["gc"] = inst.gc.to_dict()
     section["load"] = {"loadavg_1m": os.getloadavg()[0], "cpus": effective_cpus()}
-    if not inst.names:
-        section["overhead"] = {"skipped": "no in-process instrument besides the phase timers"}
-    elif not options.overhead:
-        section["overhead"] = {"skipped": "not measured (overhead replay off)"}
-    elif record["status"] != "completed":
-        section["overhead"] = {"skipped": f"not measured: the run is {record['status']}"}
-    else:
-        section["overhead"] = measure_overhead(cfg, inst.step_durations(), inst.names, record["timing"]["warmup_steps"], stop)
+    section["overhead"] = _overhead_section(cfg, inst, options, record, stop)
     record["profile"] = section
     if options.microbench and record["status"] == "completed":
         section["microbench"] = run_benches(cfg, _device(cfg), record)
-    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"])
-    findings = advise(record, calls, section["gc"], verify)
-    section["advisor"] = {
-        "findings": [f.as_dict() for f in findings],
-        "none": None if findings else no_finding_reason(record),
-        "measured_phase_s": measured_total(record),
-    }
+    section["advisor"] = _advisor_section(record, calls, section["gc"], options)
     record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
     write_profiled_record(record, run_dir)
     code = result.exit_code
     if code == 0 and stop():  # the run completed; the signal cut the overhead replay short
         code = stop.exit_code
     return RunResult(run_dir, record, code)
+
+
+def _overhead_section(cfg: Config, inst: Instruments, options: ProfileOptions, record: dict[str, Any],
+                      stop: StopSignal) -> dict[str, Any]:
+    """The profile's ``overhead``: the instruments' cost by replay (:func:`measure_overhead`), or why not."""
+    if not inst.names:
+        return {"skipped": "no in-process instrument besides the phase timers"}
+    if not options.overhead:
+        return {"skipped": "not measured (overhead replay off)"}
+    if record["status"] != "completed":
+        return {"skipped": f"not measured: the run is {record['status']}"}
+    return measure_overhead(cfg, inst.step_durations(), inst.names, record["timing"]["warmup_steps"], stop)
+
+
+def _advisor_section(record: dict[str, Any], calls: Any, gc: dict[str, Any], options: ProfileOptions) -> dict[str, Any]:
+    """The profile's ``advisor``: the findings on the record (the profile section written so far), or why none."""
+    verify = (options.verify or VerifyBase()).for_window(record["totals"]["env_steps"])
+    findings = advise(record, calls, gc, verify)
+    return {
+        "findings": [f.as_dict() for f in findings],
+        "none": None if findings else no_finding_reason(record),
+        "measured_phase_s": measured_total(record),
+    }
 
 
 def _save_artifacts(inst: Instruments, run_dir: Path, section: dict[str, Any], options: ProfileOptions) -> Any:
@@ -316,41 +326,14 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
     n = len(durations)
     if n < 4:
         return {"skipped": f"only {n} vector steps: too few to compare"}
-    t = cfg.train
-    first_train = max(0, math.ceil(max(t.learning_starts, cfg.buffer.batch_size) / cfg.env.num_envs) - 1)
-    low, share, high = OVERHEAD_BUDGET_S
-    budget = max(low, min(share * sum(durations), high))
-    needed = min(n, max(4, first_train + 5))
-    elapsed, k = 0.0, 0
-    for d in durations:
-        if (k >= needed and elapsed + d > budget) or elapsed + d > high:
-            break
-        elapsed += d
-        k += 1
-    k = max(k, 4)
-    # Only the stop condition changes: the replay writes its checkpoint at the same log boundary.
-    replay_cfg = _with(cfg, "train", steps=k * cfg.env.num_envs, episodes=0)
-    replay: list[float] = []
-
-    @contextlib.contextmanager
-    def mark() -> Iterator[None]:
-        replay.append(perf_counter())
-        yield
-
-    stop = stop if stop is not None else StopSignal()
-    if stop():
-        return {"skipped": "not measured: interrupted"}
-    try:
-        with scratch_dir("replay") as tmp:
-            ran = train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay", stop=stop,
-                            hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
-    except DiskError as exc:
-        return {"skipped": f"not measured: the replay could not be written ({exc.message})"}
-    if ran.record["status"] == "interrupted":
-        return {"skipped": "not measured: interrupted"}
-    plain = [b - a for a, b in itertools.pairwise(replay)]
+    first_train = steps_before_learning(cfg)
+    k = _replay_length(durations, first_train)
+    plain = _replay(cfg, k, stop if stop is not None else StopSignal())
+    if isinstance(plain, str):
+        return {"skipped": plain}
     if len(plain) < k:
         return {"skipped": f"the replay stopped after {len(plain)} of {k} steps"}
+    t = cfg.train
     start = t.warmup_steps if k - 1 - t.warmup_steps >= 3 else 1
     # The first update pays one-off costs (optimizer state, autograd threads) in whichever run comes first.
     regimes = {"before_learning": range(start, min(first_train, k - 1)),
@@ -379,6 +362,46 @@ def measure_overhead(cfg: Config, durations: list[float], instruments: list[str]
         "replayed_plain_s": sum(plain[i] for i in compared),
         "method": "the first vector steps replayed with the same seed in the same process, without instruments",
     }
+
+
+def _replay_length(durations: list[float], first_train: int) -> int:
+    """How many of the run's first vector steps to replay: a few past the first gradient update, then
+    as many as fit in OVERHEAD_BUDGET_S (at least 4)."""
+    low, share, high = OVERHEAD_BUDGET_S
+    budget = max(low, min(share * sum(durations), high))
+    needed = min(len(durations), max(4, first_train + 5))
+    elapsed, k = 0.0, 0
+    for d in durations:
+        if (k >= needed and elapsed + d > budget) or elapsed + d > high:
+            break
+        elapsed += d
+        k += 1
+    return max(k, 4)
+
+
+def _replay(cfg: Config, k: int, stop: StopSignal) -> list[float] | str:
+    """The wall seconds of each of the first ``k`` vector steps of ``cfg`` run without instruments,
+    or why they were not measured."""
+    # Only the stop condition changes: the replay writes its checkpoint at the same log boundary.
+    replay_cfg = _with(cfg, "train", steps=k * cfg.env.num_envs, episodes=0)
+    replay: list[float] = []
+
+    @contextlib.contextmanager
+    def mark() -> Iterator[None]:
+        replay.append(perf_counter())
+        yield
+
+    if stop():
+        return "not measured: interrupted"
+    try:
+        with scratch_dir("replay") as tmp:
+            ran = train_run(replay_cfg, out=tmp, quiet=True, dashboard=False, kind="replay", stop=stop,
+                            hooks=RunHooks(around_loop=mark, on_step=lambda: replay.append(perf_counter())))
+    except DiskError as exc:
+        return f"not measured: the replay could not be written ({exc.message})"
+    if ran.record["status"] == "interrupted":
+        return "not measured: interrupted"
+    return [b - a for a, b in itertools.pairwise(replay)]
 
 
 

@@ -363,8 +363,6 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     repeats (min–max of the total); throughput and time to score side by side below. With ``gate``
     (:func:`rlperf.experiments.gate.verdict`) and its two sides' seconds per env step, a fourth
     panel puts each run as a point beside the threshold line, and the verdict is the title."""
-    from rlperf.score import time_to, tracked_targets
-
     fig = new_figure((SIZE_PX[0] / DPI, SIZE_PX[1] / DPI))
     grid = fig.add_gridspec(2, 3 if gate_samples else 2)
     phase_ax = fig.add_subplot(grid[0, :])
@@ -372,29 +370,7 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     labels = [_wrap(label) for label, _ in sides]
     x = list(range(len(sides)))
 
-    per_record = [[phase_time_per_env_step(r) for r in records] for _, records in sides]
-    names = _phase_order(list(dict.fromkeys(n for side in per_record for r in side for n in r)))
-    bottoms = [0.0] * len(sides)
-    top = 0.0
-    for name in names:
-        heights = [1e6 * _median([r.get(name, 0.0) for r in side]) for side in per_record]
-        phase_ax.bar(x, heights, bottom=bottoms, color=phase_color(name, names), label=name, width=0.6)
-        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    for i, side in enumerate(per_record):
-        totals = summarize([1e6 * sum(r.values()) for r in side if r])
-        if totals is None:
-            continue
-        top = max(top, totals.hi, bottoms[i])
-        if totals.n > 1:
-            _range_bar(phase_ax, i, totals.lo, totals.hi)
-        phase_ax.annotate(f"{bottoms[i]:.3g} µs" + (f" (n={totals.n})" if totals.n > 1 else ""), (i, totals.hi),
-                          xytext=(0, 4), textcoords="offset points", ha="center", fontsize="small")
-    phase_ax.set_xticks(x, labels)
-    phase_ax.set_ylabel("time per env step (µs)")
-    phase_ax.set_title("time per env step by phase (median of the repeats; bar: min–max of the total)",
-                       fontsize="medium")
-    phase_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="phase")
-    phase_ax.set_ylim(0, top * 1.15 or 1.0)  # room for the whiskers and their labels
+    _compare_phase_panel(phase_ax, sides, x, labels)
 
     rates = [[(r.get("throughput") or {}).get("env_steps_per_s") for r in records] for _, records in sides]
     _bars_with_points(rate_ax, x, rates, "#55a868")
@@ -403,26 +379,7 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     rate_ax.set_title("throughput (measured window)", fontsize="medium")
 
     records = [r for _, rs in sides for r in rs]
-    targets = tracked_targets(records)
-    reached = [t for t in targets if any((time_to(r, t) or (False, None))[0] for r in records)]
-    score_ax.set_xticks(x, labels)
-    if reached:
-        target = reached[0]
-        reach_times = [[(time_to(r, target) or (False, None))[1] for r in rs] for _, rs in sides]
-        _bars_with_points(score_ax, x, reach_times, "#dd8452")
-        for i, side_times in enumerate(reach_times):
-            missed = sum(1 for t in side_times if t is None)
-            if missed:
-                score_ax.annotate(f"{missed} of {len(side_times)} not reached", (i, 0), xytext=(0, 4),
-                                  textcoords="offset points", ha="center", fontsize="small")
-        score_ax.set_ylabel(f"seconds to mean score {target:g}")
-        score_ax.set_title(f"time to score {target:g} (warm-up excluded)", fontsize="medium")
-    else:
-        score_ax.text(0.5, 0.5, "no run reached a score target\n(train.score_targets)", transform=score_ax.transAxes,
-                      ha="center", va="center")
-        score_ax.set_xlim(-0.6, len(sides) - 0.4)
-        score_ax.set_ylabel("seconds to score")
-        score_ax.set_title("time to score", fontsize="medium")
+    _compare_score_panel(score_ax, sides, x, labels, records)
 
     title = "compare: " + " vs ".join(label for label, _ in sides)
     if gate is not None and gate_samples is not None:
@@ -432,6 +389,62 @@ def compare_figure(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], gat
     fig.suptitle(f"{_wrap(title, 120)}\n{'; '.join(machines)}", fontsize="medium")
     fig.tight_layout()
     return fig
+
+
+def _compare_phase_panel(ax: Axes, sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], x: list[int],
+                         labels: list[str]) -> None:
+    """compare.png's top panel: each side's median time per env step by phase, stacked, with the
+    min–max of its repeats' totals."""
+    per_record = [[phase_time_per_env_step(r) for r in records] for _, records in sides]
+    names = _phase_order(list(dict.fromkeys(n for side in per_record for r in side for n in r)))
+    bottoms = [0.0] * len(sides)
+    top = 0.0
+    for name in names:
+        heights = [1e6 * _median([r.get(name, 0.0) for r in side]) for side in per_record]
+        ax.bar(x, heights, bottom=bottoms, color=phase_color(name, names), label=name, width=0.6)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for i, side in enumerate(per_record):
+        totals = summarize([1e6 * sum(r.values()) for r in side if r])
+        if totals is None:
+            continue
+        top = max(top, totals.hi, bottoms[i])
+        if totals.n > 1:
+            _range_bar(ax, i, totals.lo, totals.hi)
+        ax.annotate(f"{bottoms[i]:.3g} µs" + (f" (n={totals.n})" if totals.n > 1 else ""), (i, totals.hi),
+                    xytext=(0, 4), textcoords="offset points", ha="center", fontsize="small")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("time per env step (µs)")
+    ax.set_title("time per env step by phase (median of the repeats; bar: min–max of the total)", fontsize="medium")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="phase")
+    ax.set_ylim(0, top * 1.15 or 1.0)  # room for the whiskers and their labels
+
+
+def _compare_score_panel(ax: Axes, sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], x: list[int],
+                         labels: list[str], records: list[Mapping[str, Any]]) -> None:
+    """compare.png's time-to-score panel: the first score target any run reached, per side (with the
+    runs that missed it counted), or a note that none was reached."""
+    from rlperf.score import time_to, tracked_targets
+
+    targets = tracked_targets(records)
+    reached = [t for t in targets if any((time_to(r, t) or (False, None))[0] for r in records)]
+    ax.set_xticks(x, labels)
+    if reached:
+        target = reached[0]
+        reach_times = [[(time_to(r, target) or (False, None))[1] for r in rs] for _, rs in sides]
+        _bars_with_points(ax, x, reach_times, "#dd8452")
+        for i, side_times in enumerate(reach_times):
+            missed = sum(1 for t in side_times if t is None)
+            if missed:
+                ax.annotate(f"{missed} of {len(side_times)} not reached", (i, 0), xytext=(0, 4),
+                            textcoords="offset points", ha="center", fontsize="small")
+        ax.set_ylabel(f"seconds to mean score {target:g}")
+        ax.set_title(f"time to score {target:g} (warm-up excluded)", fontsize="medium")
+    else:
+        ax.text(0.5, 0.5, "no run reached a score target\n(train.score_targets)", transform=ax.transAxes,
+                ha="center", va="center")
+        ax.set_xlim(-0.6, len(sides) - 0.4)
+        ax.set_ylabel("seconds to score")
+        ax.set_title("time to score", fontsize="medium")
 
 
 def _gate_panel(ax: Axes, gate: Mapping[str, Any], samples: tuple[Sequence[float], Sequence[float]]) -> None:

@@ -102,15 +102,15 @@ def actor_main(plan: Plan, index: int, incarnation: int) -> None:
     sys.exit(code)
 
 
-def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray], terminated: list[int]) -> int:
-    cfg, a, t, e = plan.cfg, plan.cfg.async_, plan.cfg.train, plan.cfg.env
-    ctrl, slots, slot = arrays["ctrl"], arrays["slots"], arrays["slots"][index]
-    slot[SLOT["pid"]] = os.getpid()
-    arrays["errors"][index] = 0
+def _actor_parts(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray],
+                 terminated: list[int]) -> tuple[VectorSnake, torch.Tensor, Agent, PolicySync, RingWriter]:
+    """The actor's env (reset), first observation, agent, policy sync and replay writer, seeded for
+    this actor's ``incarnation``-th start (a restarted actor does not replay its predecessor's episodes)."""
+    cfg, t, e = plan.cfg, plan.cfg.train, plan.cfg.env
     seed = cfg.run.seed + 1000 * (index + 1) + 7919 * incarnation
     torch.manual_seed(seed)
     cpu = torch.device("cpu")
-    env = VectorSnake(a.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
+    env = VectorSnake(plan.cfg.async_.envs_per_actor, size=e.size, obs=e.obs, flood_fill=e.flood_fill,
                       initial_length=e.initial_length, hunger=e.hunger or None, device=cpu, kernel=plan.kernel, copy=False)
     obs, _ = env.reset(seed=seed)
     # The learner's knobs for the update (compile, AMP) do not apply to acting on the CPU.
@@ -119,10 +119,19 @@ def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray]
     agent.generator.manual_seed(seed)
     policy = PolicySync(plan, arrays, agent.q)
     writer = RingWriter(arrays, index, plan.ring_capacity, lock=plan.lock, holding=arrays["holding"][index:index + 1],
-                        give_up=lambda: _stopping(plan, ctrl, terminated))
+                        give_up=lambda: _stopping(plan, arrays["ctrl"], terminated))
+    return env, obs, agent, policy, writer
+
+
+def _act(plan: Plan, index: int, incarnation: int, arrays: dict[str, np.ndarray], terminated: list[int]) -> int:
+    cfg, t = plan.cfg, plan.cfg.train
+    ctrl, slots, slot = arrays["ctrl"], arrays["slots"], arrays["slots"][index]
+    slot[SLOT["pid"]] = os.getpid()
+    arrays["errors"][index] = 0
+    env, obs, agent, policy, writer = _actor_parts(plan, index, incarnation, arrays, terminated)
     clock = _ActorClock(slot, t.warmup_steps)
     episodes = arrays["episodes"][index]
-    n = a.envs_per_actor
+    n = cfg.async_.envs_per_actor
     slot[SLOT["state"]] = RUNNING
     policy.sync()  # the learner published version 1 before starting us
     while True:

@@ -251,8 +251,6 @@ def build_record(
     files = {"record": RECORD_NAME, "metrics": METRICS_NAME, "config": CONFIG_NAME}
     if checkpoint is not None:
         files["checkpoint"] = CHECKPOINT_NAME
-    episode_rate = window.rate(window.episodes)
-    step_rate = window.rate(window.env_steps)
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "kind": kind,
@@ -266,32 +264,13 @@ def build_record(
         "system": system_info(device),
         "env": env.record(),
         "update": {"form": update[0], "reason": update[1]},  # the Agent's decision (resolve_update), as it ran
-        "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
-                   "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
-                   "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
-                   "measured_episodes": window.episodes, "measured_updates": window.updates,
-                   "vector_step": timing.get("vector_step"),
-                   **({"asked_window_steps": timing["asked_window_steps"]} if "asked_window_steps" in timing else {})},
+        "timing": _timing_section(timing, window),
         "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
                    "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
-        "throughput": {
-            "env_steps_per_s": step_rate,
-            "updates_per_s": window.rate(window.updates),
-            "episodes_per_s": episode_rate,
-            "s_per_1000_env_steps": 1000.0 / step_rate if step_rate > 0 else None,
-            "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
-            "replay_ratio": p.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
-        },
+        "throughput": _throughput_section(cfg, p, window),
         "phases": dict(phases),
         "intervals": interval_rows(history.intervals),
-        "learning": {
-            "mean_score_last_100": finite(p.mean_score),
-            "mean_return_last_100": finite(p.mean_return),
-            "best_score": p.best_score,
-            "mean_episode_length": episode_length,
-            "final_epsilon": p.epsilon,
-            "last_loss": finite(p.last_loss),
-        },
+        "learning": _learning_section(p, episode_length),
         "time_to_score": record_section(cfg.train.score_targets, p.time_to_score, score_resolution),
         "memory": {"peak_rss_mb": peak_rss_mb(), "rss_scope": rss_scope, "peak_cuda_mb": peak_cuda_mb(device),
                    **(memory or {})},
@@ -301,6 +280,42 @@ def build_record(
     if error:
         record["error"] = error
     return record
+
+
+def _timing_section(timing: Mapping[str, Any], window: Window) -> dict[str, Any]:
+    """The record's ``timing``: how the timer ran and what the measured window holds."""
+    return {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
+            "fill_steps": timing.get("fill_steps", 0), "measured_steps": timing["measured_steps"],
+            "measured_wall_s": window.wall_s, "measured_env_steps": window.env_steps,
+            "measured_episodes": window.episodes, "measured_updates": window.updates,
+            "vector_step": timing.get("vector_step"),
+            **({"asked_window_steps": timing["asked_window_steps"]} if "asked_window_steps" in timing else {})}
+
+
+def _throughput_section(cfg: Config, p: Progress, window: Window) -> dict[str, Any]:
+    """The record's ``throughput``: rates over the measured window, and the replay ratio over the run."""
+    episode_rate = window.rate(window.episodes)
+    step_rate = window.rate(window.env_steps)
+    return {
+        "env_steps_per_s": step_rate,
+        "updates_per_s": window.rate(window.updates),
+        "episodes_per_s": episode_rate,
+        "s_per_1000_env_steps": 1000.0 / step_rate if step_rate > 0 else None,
+        "s_per_1000_episodes": 1000.0 / episode_rate if episode_rate > 0 else None,
+        "replay_ratio": p.updates * cfg.buffer.batch_size * cfg.train.grad_accum / max(p.env_steps, 1),
+    }
+
+
+def _learning_section(p: Progress, episode_length: float | None) -> dict[str, Any]:
+    """The record's ``learning``: the last-100 means, the best score, the final ε and loss."""
+    return {
+        "mean_score_last_100": finite(p.mean_score),
+        "mean_return_last_100": finite(p.mean_return),
+        "best_score": p.best_score,
+        "mean_episode_length": episode_length,
+        "final_epsilon": p.epsilon,
+        "last_loss": finite(p.last_loss),
+    }
 
 
 def system_info(device: torch.device | str) -> dict[str, Any]:
