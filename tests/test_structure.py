@@ -299,7 +299,6 @@ EXCEPTIONS = {
                            "phase would add calls to every vector step",
     "rlperf.cli.compare.compare": "Typer command: 22 of its 76 lines declare its options and 5 are its docstring (the "
                                   "--help text); the rest parses, runs and hands the rendering to helpers",
-    "rlperf.cli.profile.profile": "TODO lead",
 }
 
 

@@ -53,11 +53,15 @@ def profile(
     if script:
         _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
 
-    # rlperf's own loop (the imports that bring torch in come here, after the script's branch).
-    from rlperf.cli.train import emit
+    _profile_own_loop(options, py_spy, native, verify, tensorboard, pyspy_child, run)
+
+
+def _profile_own_loop(options: Any, py_spy: bool, native: bool, verify: int, tensorboard: bool,
+                      pyspy_child: str | None, run: RunArgs) -> None:
+    """``rlperf profile [OPTIONS]``: a train run of rlperf's own loop under the instruments; exits with its code."""
+    # The imports that bring torch in come here, after the script's branch.
     from rlperf.instruments.advisor import VerifyBase
     from rlperf.instruments.profiling import check_runnable, profile_run, write_profiled_record
-    from rlperf.report.profile import notes, render_profile
     from rlperf.run.lifecycle import exit_code
 
     if run.episodes is None and run.steps is None:
@@ -81,9 +85,9 @@ def profile(
     if py_spy:
         check_runnable(cfg)  # what the child would refuse, refused once, here
         child_args = ([] if run.config is None else ["--config", run.config]) + run_args + [
-            "--out", str(run.out), "--top", str(top), "--sort", options.sort]
-        child_args += (["--name", run.name] if run.name else []) + ([] if cprofile else ["--no-cprofile"])
-        child_args += (["--torch"] if torch_ else []) + (["--tensorboard"] if tensorboard else [])
+            "--out", str(run.out), "--top", str(options.top), "--sort", options.sort]
+        child_args += (["--name", run.name] if run.name else []) + ([] if options.cprofile else ["--no-cprofile"])
+        child_args += (["--torch"] if options.torch else []) + (["--tensorboard"] if tensorboard else [])
         child_args += ["--quiet"] if (run.quiet or run.json_) else []
         record, skipped = _run_pyspy_parent(child_args, run.out, native, stop)
     if record is None:
@@ -100,6 +104,14 @@ def profile(
         record["profile"]["py_spy"] = {"skipped": skipped}
     code = _verify_top(record, cfg, verify, run, stop) or code
     write_profiled_record(record, Path(record["run_dir"]))
+    _show_profile(record, run)
+    raise typer.Exit(code)
+
+
+def _show_profile(record: dict[str, Any], run: RunArgs) -> None:
+    """The profile of rlperf's own loop: its tables (or the record as JSON), notes and figure."""
+    from rlperf.cli.train import emit
+    from rlperf.report.profile import notes, render_profile
 
     with rendering():
         if run.json_:
@@ -112,7 +124,6 @@ def profile(
             from rlperf.cli.figures import draw_run
 
             draw_run(record, quiet=run.quiet)
-    raise typer.Exit(code)
 
 
 def _check_arguments(ctx: typer.Context, options: Any, py_spy: bool, native: bool, verify: int, run: RunArgs) -> None:

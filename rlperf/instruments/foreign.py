@@ -1219,40 +1219,9 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     p = ev.p
     if p is None or found:
         return None
-    holder = p.loop_holder()
     expected = set(p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py"))
     expected |= {k for k in p.keys("step", "torch/optim/")}
-    best: tuple[str, float, str] | None = None
-    best_fn: Key | None = None  # a library call from the hot function is part of it
-    for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
-        if _env_function(fn[2]) or p.subtree(fn) & expected or p.imported_only(fn):
-            continue
-        sites = [e for e in p.edges([fn]) if e.caller != fn]
-        cum = _total(sites)[1] if sites else p.cumtime(fn)
-        # Concentrated: the function's own Python time in a loop of its own holds the share (array
-        # arithmetic written with operators is own time too, but a vectorized function has no loop;
-        # one running the whole episode through numpy holds everything, and nothing) ...
-        kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
-        # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor).
-        concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
-        # Where samples say where its time goes, most of it must be in the loop's body (a loop over the
-        # few colliding pairs of a vectorized step is not where the time is).
-        share = p.loop_share(fn)
-        looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
-        # ... or it is work done every step whose result the loop drops or only collects (a metric
-        # recomputed each step for a plot).
-        holder_of_call, line, child = p.loop_call(fn)
-        side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
-                and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
-        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (
-            (concentrated or side) and cum >= HOT_SHARE * p.total)
-        if hot and (best is None or cum > best[1]):
-            hottest = p.hottest_line(fn)
-            inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
-                      f"{short_file(fn[0])}:{hottest} ({fn[2]})" if hottest else p.where(fn))
-            kept = ", whose result the loop drops or only collects," if side and not looped and not concentrated else ""
-            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}){kept} called")
-            best_fn = fn
+    best, best_fn = _hot_function(ev, p, expected)
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
         # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
         # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
@@ -1275,6 +1244,43 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         f"{what} at {where} holds {_share(p, seconds)}, and no rule of the checklist explains it",
         seconds, f"at most its measured {seconds_short(seconds)} (cProfile, at the call site): what a fix that removes "
         f"or vectorizes the work could save", where=where)
+
+
+def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[tuple[str, float, str] | None, Key | None]:
+    """Your function (not the loop's holder, the env's or one holding the networks' work) that is hot:
+    (where, seconds, what) and the function, or (None, None)."""
+    holder = p.loop_holder()
+    best: tuple[str, float, str] | None = None
+    best_fn: Key | None = None  # a library call from the hot function is part of it
+    for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
+        if _env_function(fn[2]) or p.subtree(fn) & expected or p.imported_only(fn):
+            continue
+        sites = [e for e in p.edges([fn]) if e.caller != fn]
+        cum = _total(sites)[1] if sites else p.cumtime(fn)
+        # Hot: the function's own Python time in a loop of its own holds the share (array arithmetic
+        # written with operators is own time too, but a vectorized function has no loop; one running the
+        # whole episode through numpy holds everything, and nothing), where the samples say most of its
+        # time is in the loop's body (a loop over the few colliding pairs of a vectorized step is not) ...
+        share = p.loop_share(fn)
+        looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
+        # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor) ...
+        kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
+        concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
+        # ... or it is work done every step whose result the loop drops or only collects (a metric
+        # recomputed each step for a plot).
+        holder_of_call, line, child = p.loop_call(fn)
+        side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
+                and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
+        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (
+            (concentrated or side) and cum >= HOT_SHARE * p.total)
+        if hot and (best is None or cum > best[1]):
+            hottest = p.hottest_line(fn)
+            inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
+                      f"{short_file(fn[0])}:{hottest} ({fn[2]})" if hottest else p.where(fn))
+            kept = ", whose result the loop drops or only collects," if side and not looped and not concentrated else ""
+            best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}){kept} called")
+            best_fn = fn
+    return best, best_fn
 
 
 SCRIPT_RULES: tuple[ScriptRule, ...] = (
