@@ -427,28 +427,3 @@ def test_your_code_is_decided_once_per_file(tmp_path: Path, monkeypatch: pytest.
     assert own(str(tmp_path / "train.py"))
     monkeypatch.setattr(Path, "resolve", lambda self: (_ for _ in ()).throw(AssertionError("resolved again")))
     assert own(str(tmp_path / "train.py")) and own("train.py") in (True, False)
-
-
-def test_the_forward_hooks_leave_submodules_on_torch_s_fast_path_once_the_modules_are_known(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
-    from torch.nn.modules import module as torch_module
-
-    from rlperf.instruments import evidence
-
-    monkeypatch.setattr(evidence, "DISCOVERY_QUIET_S", 0.05)
-    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
-    forwards = evidence.Forwards(lambda file: file == __file__)
-    forwards.install(torch)
-    try:
-        before = len(torch_module._global_forward_pre_hooks)
-        net(torch.zeros(2, 3))  # discovered: the network gets hooks of its own
-        time.sleep(0.1)
-        for _ in range(11):
-            net(torch.zeros(2, 3))  # the first of these removes the global hooks
-        assert forwards.handles == [] and len(torch_module._global_forward_pre_hooks) == before - 1
-        assert not net[0]._forward_pre_hooks and net._forward_pre_hooks  # submodules: no hooks at all
-        first, loop = sorted(forwards.sites.values(), key=lambda s: s.line)  # two lines of this test call it
-        assert (first.calls, loop.calls) == (1, 11) and loop.batch == 2
-    finally:
-        forwards.remove()

@@ -26,8 +26,6 @@ from typing import Any
 
 REPEATS = 5
 """Interleaved repeats of each micro-benchmark (the median is kept)."""
-DISCOVERY_QUIET_S = 3.0
-"""Seconds without a new module called at the top level after which the global hooks go."""
 BENCH_BUDGET_S = 0.5
 """Wall time all the micro-benchmarks together may take at the script's end."""
 
@@ -60,56 +58,20 @@ class Forwards:
         self.is_user = is_user
         self.sites: dict[tuple[str, int], Site] = {}
         self.stack: list[tuple[Site | None, float]] = []
-        self.handles: list[Any] = []  # the global hooks, while discovering
-        self.root_handles: list[Any] = []  # the hooks on each module called at the top level
-        self.adopted: set[int] = set()  # ids of those modules
-        self.last_adopted: float | None = None
+        self.handles: list[Any] = []
 
     def install(self, torch: Any) -> None:
         hooks = torch.nn.modules.module
         self.torch = torch
-        self.handles = [hooks.register_module_forward_pre_hook(self._pre_global),
-                        hooks.register_module_forward_hook(self._post_global)]
+        self.handles = [hooks.register_module_forward_pre_hook(self._pre), hooks.register_module_forward_hook(self._post)]
 
     def remove(self) -> None:
-        for handle in self.handles + self.root_handles:
+        for handle in self.handles:
             handle.remove()
-        self.handles, self.root_handles = [], []
-
-    # Global module hooks send every submodule call through torch's slow path (+40% on a small MLP's
-    # forward). So they only discover the modules your code calls (each gets hooks of its own), and
-    # go once :data:`DISCOVERY_QUIET_S` seconds pass without a new one: from then on a submodule
-    # call costs nothing, and a module first called later is not seen.
-
-    def _pre_global(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self.stack:
-            now = time.perf_counter()
-            if id(module) in self.adopted:
-                if self.last_adopted is not None and now - self.last_adopted >= DISCOVERY_QUIET_S:
-                    for handle in self.handles:  # this call's own hooks (already listed) take it from here
-                        handle.remove()
-                    self.handles = []
-                    return
-            else:
-                self.adopted.add(id(module))
-                self.last_adopted = now
-                self.root_handles += [module.register_forward_pre_hook(self._pre_root),
-                                      module.register_forward_hook(self._post_root)]
-        self._pre(module, args)
-
-    def _post_global(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        self._post(module, args, output)
-
-    def _pre_root(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self.handles:  # the global hooks are gone: this module's own take over
-            self._pre(module, args)
-
-    def _post_root(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        if not self.handles:
-            self._post(module, args, output)
+        self.handles = []
 
     def _site(self) -> Site | None:
-        frame: Any = sys._getframe(4)  # _pre <- _pre_global or _pre_root <- _call_impl <- _wrapped_call_impl <- the caller
+        frame: Any = sys._getframe(3)  # _pre <- _call_impl <- _wrapped_call_impl <- the caller
         for _ in range(12):
             if frame is None:
                 return None
