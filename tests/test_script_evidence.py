@@ -427,3 +427,28 @@ def test_your_code_is_decided_once_per_file(tmp_path: Path, monkeypatch: pytest.
     assert own(str(tmp_path / "train.py"))
     monkeypatch.setattr(Path, "resolve", lambda self: (_ for _ in ()).throw(AssertionError("resolved again")))
     assert own(str(tmp_path / "train.py")) and own("train.py") in (True, False)
+
+
+def test_a_network_the_script_deep_copies_or_saves_carries_none_of_the_instruments() -> None:
+    """``target = copy.deepcopy(online)`` and ``torch.save(net)`` are common: a hook of rlperf's on the
+    module itself would be copied (with everything it holds) and pickled with the user's network."""
+    import copy
+    import io
+
+    import torch
+
+    from rlperf.instruments import evidence
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    forwards = evidence.Forwards(lambda file: file == __file__)
+    forwards.install(torch)
+    try:
+        for _ in range(3):
+            net(torch.zeros(2, 3))
+        time.sleep(0.05)
+        net(torch.zeros(2, 3))
+        twin = copy.deepcopy(net)
+        torch.save(net, io.BytesIO())
+        assert not twin._forward_pre_hooks and not twin._forward_hooks and not net._forward_hooks
+    finally:
+        forwards.remove()
