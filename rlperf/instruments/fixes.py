@@ -11,7 +11,8 @@ script's top-level imports and before its first line runs:
   ``gc.collect()`` / ``gc.enable()`` calls do nothing (the most a fix of the pauses can save; memory
   that only a collection frees is not freed);
 - ``no_grad=FILE:LINE`` (finding ``autograd_forward``): the modules called from that line of your
-  code run with grad off (applied only where no backward pass ever reached their graphs).
+  code run with grad off (applied only where no backward pass ever reached their graphs), through
+  global module hooks that slow every module call a little: the measured saving is a lower bound.
 
 The other findings' fixes change what the script does (log every N steps, batch the samples,
 checkpoint less often) and are left to you: their ``verify`` line says what to change.
@@ -27,7 +28,8 @@ from typing import Any
 VERIFIABLE = {
     "threads": "re-run with torch's threads capped at the usable CPUs (the script's set_num_threads calls capped too)",
     "gc_pauses": "re-run with the garbage collector off and the script's gc.collect() calls doing nothing",
-    "autograd_forward": "re-run with grad off for the forwards called at that line (no backward reached their graphs)",
+    "autograd_forward": "re-run with grad off for the forwards called at that line (no backward reached their graphs), "
+                        "by module hooks that cost every module call a few µs themselves: a lower bound",
 }
 """The finding ids a script's ``--verify`` can check, and how."""
 

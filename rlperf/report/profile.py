@@ -260,8 +260,10 @@ def script_overhead_line(record: Mapping[str, Any]) -> str | None:
     if cost is None or calls is None or wall <= 0:
         return None
     spent = min(calls * cost, 0.9 * wall)
-    return (f"instrument overhead (estimated): cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each, about "
-            f"{seconds_short(spent)} of the script's {seconds_short(wall)}: ×{wall / (wall - spent):.2f} its time alone; "
+    factor = wall / (wall - spent)
+    return (f"instrument overhead (estimated): cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each (calibrated "
+            f"after the script), at least {seconds_short(spent)} of the script's {seconds_short(wall)}: ×{factor:.2f} "
+            f"or more its time alone (Python-heavy library code such as SB3's pays up to twice that: BENCHMARKS.md); "
             f"the advisor's savings leave that cost out")
 
 
