@@ -519,13 +519,13 @@ FUNCTIONAL = """
 import torch
 
 def {name}(state, out):
-    for k in range(1100):
+    for k in range({n}):
         out[2 * k:2 * k + 2] = state[k]
     return out
 
-q = torch.nn.Sequential(torch.nn.Linear(2200, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+q = torch.nn.Sequential(torch.nn.Linear(2 * {n}, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
 opt = torch.optim.Adam(q.parameters())
-state, out = np.ones((1100, 2)), np.zeros(2200, np.float32)
+state, out = np.ones(({n}, 2)), np.zeros(2 * {n}, np.float32)
 for t in range(300):
     obs = torch.from_numpy({name}(state, out))  # planted
     loss = q(obs).pow(2).mean()
@@ -536,25 +536,33 @@ for t in range(300):
 
 
 def test_a_functional_env_s_own_loop_is_the_env_s_cost_unless_it_dominates(tmp_path: Path) -> None:
-    """The same Python loop, a third of the script: in the env (env_observe) it is the env's work, as
+    """A Python loop of about a third of the script: in the env (env_observe) it is the env's work, as
     in an Env's step; in the agent's observation handling it is preprocessing."""
-    findings, total, _ = advise(tmp_path, FUNCTIONAL.format(name="env_observe"))
+    findings, total, _ = advise(tmp_path, FUNCTIONAL.format(name="env_observe", n=900))
     assert findings == [], [(f.id, f.where, f.est_saving_s, total) for f in findings]
-    f = check_first(*advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs")), "preprocessing")
+    f = check_first(*advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs", n=1400)), "preprocessing")
     assert "Python loop" in f.evidence
 
 
-def test_forwards_with_grad_that_cost_nothing_measurable_are_no_finding(tmp_path: Path) -> None:
-    """Grad mode on for selection, but the graph is a few nodes over big matrix products: running it
-    under inference_mode saves under the floor (CleanRL's dqn.py: under 2%), so no finding."""
+def test_forwards_with_grad_that_cost_nothing_measurable_are_no_finding(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grad mode on for selection and no backward reads the graphs, but the micro-benchmark finds running
+    them under inference_mode 2% faster with its repeats overlapping (CleanRL's dqn.py: 1.6%, inside the
+    noise): no finding. The benchmark's figures are fixed here; how the forwards ran is measured."""
+    bench = {"slow_s": 1.0e-3, "fast_s": 0.98e-3, "slow_range_s": [0.97e-3, 1.05e-3],
+             "fast_range_s": [0.95e-3, 1.02e-3], "repeats": 5}
+    monkeypatch.setattr(evidence.Forwards, "_bench_no_grad", lambda self, site: bench)
     body = """
     import torch
-    q = torch.nn.Sequential(torch.nn.Linear(8, 512), torch.nn.Tanh(), torch.nn.Linear(512, 512), torch.nn.Tanh(),
-                            torch.nn.Linear(512, 2))
-    env = Env(512)
+    q = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+    env = Env(64)
     obs = env.reset()
-    for t in range(100):
+    for t in range(300):
         obs, reward, done = env.step(q(torch.from_numpy(obs)).argmax(1))
     """
     findings, _, _ = advise(tmp_path, body)
     assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
+    bench.update(fast_s=0.5e-3, fast_range_s=[0.45e-3, 0.55e-3])  # half the time: a finding
+    (tmp_path / "slower").mkdir()
+    findings, _, _ = advise(tmp_path / "slower", body)
+    assert [f.id for f in findings] == ["autograd_forward"], [(f.id, f.est_saving_s) for f in findings]

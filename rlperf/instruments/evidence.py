@@ -281,7 +281,8 @@ def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int 
             for _ in range(calls):
                 fn()
             times[name].append((time.perf_counter() - started) / calls)
-    return {name: sorted(v)[len(v) // 2] for name, v in times.items()} | {"repeats": REPEATS}
+    ranges = {f"{name[:-2]}_range_s": [min(v), max(v)] for name, v in times.items()}
+    return {name: sorted(v)[len(v) // 2] for name, v in times.items()} | ranges | {"repeats": REPEATS}
 
 
 _FORWARDS: Forwards | None = None

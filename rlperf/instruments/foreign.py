@@ -712,10 +712,20 @@ def _unprofiled(seconds: float, calls: int, per_call_alone: float) -> float:
     return min(seconds, calls * per_call_alone) if per_call_alone > 0 else seconds
 
 
+def _noise(saving: float | None) -> str:
+    return "; no saving: the two forms' repeats overlap" if saving == 0.0 else ""
+
+
 def _bench_saving(seconds: float, bench: Mapping[str, Any] | None) -> float | None:
+    """``seconds`` × (1 − fast / slow) of a micro-benchmark; nothing when that is under 10% and its
+    repeats of the two forms overlap (a small difference inside its noise)."""
     if not bench or not bench.get("slow_s") or not bench.get("fast_s"):
         return None
-    return seconds * max(0.0, 1 - bench["fast_s"] / bench["slow_s"])
+    gain = max(0.0, 1 - bench["fast_s"] / bench["slow_s"])
+    slow, fast = bench.get("slow_range_s"), bench.get("fast_range_s")
+    if gain < 0.1 and slow and fast and fast[1] >= slow[0]:
+        return 0.0
+    return seconds * gain
 
 
 def _site_where(site: Mapping[str, Any]) -> str:
@@ -743,7 +753,7 @@ def autograd_forward(ev: Evidence) -> Finding | None:
                 f"{call_time(bench['slow_s'])}, at most the {seconds_short(site['grad_seconds'])} measured under it) × (1 − "
                 f"{call_time(bench['fast_s'])} / {call_time(bench['slow_s'])}): the same module on the same inputs under "
                 f"inference_mode against with grad, micro-benchmarked after the script, median of {bench['repeats']} "
-                f"interleaved repeats"
+                f"interleaved repeats{_noise(saving)}"
                 if saving is not None else f"not measured ({bench.get('error', 'no micro-benchmark')}): at most part of "
                 f"the forwards' {seconds_short(site['grad_seconds'])}")
     return finding(
@@ -781,7 +791,7 @@ def small_batch(ev: Evidence) -> Finding | None:
                 f"under it, scaled as the forward's {call_time(site['seconds'] / site['calls'])} per call under it is "
                 f"{call_time(bench['slow_s'] / bench['n'])} alone) × (1 − {call_time(bench['fast_s'])} / "
                 f"{call_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
-                f"of one, the same module micro-benchmarked after the script" if saving is not None else
+                f"of one, the same module micro-benchmarked after the script{_noise(saving)}" if saving is not None else
                 f"not measured ({bench.get('error', 'no micro-benchmark')})")
     often = f", {per_step:,.0f} per step ({steps[1]})" if per_step is not None and steps else ""
     return finding(
@@ -1055,7 +1065,8 @@ def threads(ev: Evidence) -> Finding | None:
     saving = _bench_saving(seconds, bench)
     estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × (1 − {call_time(bench['fast_s'])} / "
                 f"{call_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
-                f"{bench['threads']} threads, micro-benchmarked after the script" if saving is not None and bench else
+                f"{bench['threads']} threads, micro-benchmarked after the script{_noise(saving)}"
+                if saving is not None and bench else
                 "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
     where = _setter_where(p, setters[0].caller, n) if setters else _busiest_site(ev)
     return finding(
