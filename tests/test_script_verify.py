@@ -69,6 +69,11 @@ def test_only_findings_whose_fix_applies_from_outside_get_one() -> None:
     assert fix_for({"id": "autograd_forward", "where": "train.py:9 (act)"}, record) == ["no_grad=/x/train.py:9"]
     assert fix_for({"id": "autograd_forward", "where": "train.py:20 (learn)"}, record) is None
     assert fix_for({"id": "logging"}, record) is None
+    # a script run by a path under the working directory is named by that path, as the finding names it
+    inside = str(Path.cwd() / "sub" / "train.py")
+    record["profile"]["evidence"]["forwards"].append({"file": inside, "line": 5, "backward_reached": 0})
+    assert fix_for({"id": "autograd_forward", "where": f"{Path('sub', 'train.py')}:5 (act)"}, record) == [
+        f"no_grad={inside}:5"]
 
 
 def test_verify_re_runs_the_script_alone_with_the_fix_and_measures_the_saving(tmp_path: Path) -> None:

@@ -211,9 +211,9 @@ class Forwards:
 def profiler_cost(entries: int = 2000, depth: int = 3, calls: int = 6000) -> dict[str, Any]:
     """What cProfile adds to one recorded call here: calls timed with a profiler on and off (median of
     5 interleaved repeats), so the report can say what the profile itself cost and the savings can
-    leave it out. The calls are made as a script's are: through ``entries`` distinct functions (the
-    script's profile has that many: cProfile's cost per call grows with its tables), each a chain
-    ``depth`` deep ending in a builtin; one function called in a tight loop costs it half as much."""
+    leave it out. The calls are made as a script's are: through ``entries`` distinct functions (a
+    torch script's profile holds a few thousand: cProfile's cost per call grows with its tables), each
+    a chain ``depth`` deep ending in a builtin; one function called in a tight loop costs it half as much."""
     import cProfile
     from types import FunctionType
 

@@ -56,6 +56,7 @@ def _cap_threads(n: int) -> None:
 
     set_threads = torch.set_num_threads
     set_threads(n)
+
     def capped(nthreads: int) -> None:
         set_threads(min(int(nthreads), n))
 

@@ -155,6 +155,7 @@ class Sources:
         ``self.buffer = Ring(...) if fast else ReplayBuffer(...)`` -> ``rb``, ``buffer``."""
         tree = self.tree(file)
         names: set[str] = set()
+
         def bind(target: ast.AST, value: ast.AST) -> None:
             if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
                     and len(target.elts) == len(value.elts):
@@ -743,12 +744,10 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         alone = _unprofiled(site["grad_seconds"], grad, float(bench.get("slow_s") or 0.0))
         saving = _bench_saving(alone, bench)
         if best is None or (saving or 0.0) > (best[1] or 0.0):
-            best = (site, saving)
+            best = (site, saving, alone, bench)
     if best is None or (ev.p is not None and best[0]["grad_seconds"] < MIN_SHARE * ev.p.total):
         return None
-    site, saving = best
-    bench = site.get("no_grad_bench") or {}
-    alone = _unprofiled(site["grad_seconds"], site["grad_calls"], float(bench.get("slow_s") or 0.0))
+    site, saving, alone, bench = best
     estimate = (f"the forwards' {seconds_short(alone)} without the profiler ({site['grad_calls']:,} × "
                 f"{call_time(bench['slow_s'])}, at most the {seconds_short(site['grad_seconds'])} measured under it) × (1 − "
                 f"{call_time(bench['fast_s'])} / {call_time(bench['slow_s'])}): the same module on the same inputs under "

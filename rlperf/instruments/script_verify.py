@@ -31,13 +31,28 @@ def fix_for(finding: dict[str, Any], record: dict[str, Any]) -> list[str] | None
     if finding.get("id") == "gc_pauses":
         return ["gc=off"]
     if finding.get("id") == "autograd_forward":
-        sites = ((record.get("profile") or {}).get("evidence") or {}).get("forwards") or []
-        where = str(finding.get("where") or "")
-        site = next((s for s in sites if where.startswith(f"{Path(s['file']).name}:{s['line']} ")), None)
+        site = _forward_site(finding, record)
         if site is None or site.get("backward_reached"):
             return None
         return [f"no_grad={site['file']}:{site['line']}"]
     return None
+
+
+def _forward_site(finding: dict[str, Any], record: dict[str, Any]) -> dict[str, Any] | None:
+    """The forward hooks' call site a finding names (its ``where``, written by the same ``short_file``)."""
+    from rlperf.instruments.foreign import short_file
+
+    sites = ((record.get("profile") or {}).get("evidence") or {}).get("forwards") or []
+    where = str(finding.get("where") or "")
+    return next((s for s in sites if where.startswith(f"{short_file(s['file'])}:{s['line']} ")), None)
+
+
+def _unverifiable(finding: dict[str, Any], record: dict[str, Any]) -> str:
+    if finding.get("id") not in VERIFIABLE:
+        return "no mechanical check: its fix changes what the script does -- apply it and profile again"
+    if finding.get("id") == "autograd_forward" and _forward_site(finding, record) is not None:
+        return "no mechanical check here: a backward pass reached some of these graphs"
+    return "no mechanical check here: the forward hooks recorded no call site at that line"
 
 
 def verify_script(target: Any, record: dict[str, Any], k: int,
@@ -51,9 +66,7 @@ def verify_script(target: Any, record: dict[str, Any], k: int,
     for f in findings:
         fix = fix_for(f, record)
         if fix is None:
-            f["verified"] = {"error": "no mechanical check: its fix changes what the script does -- apply it and "
-                             "profile again" if f.get("id") not in VERIFIABLE else
-                             "no mechanical check here: a backward pass reached some of these graphs"}
+            f["verified"] = {"error": _unverifiable(f, record)}
         else:
             plans.append((f, fix))
     if not plans:
