@@ -95,10 +95,14 @@ def find_findings(doc: Any) -> list[dict[str, Any]] | None:
     return None
 
 
+PROFILE_ARGS: list[str] = []
+"""Extra options for every ``rlperf profile`` run (``--profile-arg``)."""
+
+
 def run_profiled(file: str, scale: float, fixed: bool) -> dict[str, Any]:
     """``rlperf profile --json`` on one variant: its wall, the findings, the script's own wall."""
     with tempfile.TemporaryDirectory(prefix="bench-advisor-") as out:
-        cmd = [sys.executable, "-m", "rlperf", "profile", "--json", "--out", out, "--",
+        cmd = [sys.executable, "-m", "rlperf", "profile", "--json", "--out", out, *PROFILE_ARGS, "--",
                "python", file, *script_args(scale, fixed)]
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=CORPUS, env=_env(), capture_output=True, text=True)
@@ -271,9 +275,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="interleaved repeats; walls are medians")
     parser.add_argument("--only", action="append", default=[], help="script name (without .py); repeatable")
     parser.add_argument("--json", type=Path, help="write rows and totals here")
+    parser.add_argument("--profile-arg", action="append", default=[], metavar="ARG",
+                        help="pass ARG to every rlperf profile (repeatable): --profile-arg=--cprofile-whole=1")
     parser.add_argument("--calibrate", action="store_true", help="only time planted vs fixed alone at scale 1")
     parser.add_argument("--write", action="store_true", help="with --calibrate: store the figures in MANIFEST.toml")
     args = parser.parse_args()
+    PROFILE_ARGS.extend(args.profile_arg)
     cases = load_manifest()
     selected = [c for c in cases if not args.only or c["file"][:-3] in args.only]
     unknown = set(args.only) - {c["file"][:-3] for c in cases}

@@ -13,6 +13,7 @@ import typer
 from rlperf.cli.app import command, command_stop, rendering
 from rlperf.cli.options import RunArgs, run_options
 from rlperf.errors import RlperfError
+from rlperf.instruments.windows import WHOLE_S
 
 DEFAULT_EPISODES = 100
 
@@ -28,6 +29,10 @@ def profile(
     top: Annotated[int, typer.Option("--top", help="Functions and ops to list.")] = 20,
     sort: Annotated[str, typer.Option("--sort", help="cProfile order: cumtime, tottime or ncalls.")] = "cumtime",
     cprofile: Annotated[bool, typer.Option("--cprofile/--no-cprofile", help="cProfile the loop; saves profile.prof.")] = True,
+    cprofile_whole: Annotated[float, typer.Option(
+        "--cprofile-whole", metavar="SECONDS", help="For a script: seconds profiled whole, after which cProfile runs "
+        "a quarter of the time, in short windows, and its table is scaled to the whole run (an estimate; 0: "
+        "windows from the start; default: the whole run exact).", show_default=False)] = WHOLE_S,
     torch_: Annotated[bool, typer.Option("--torch", help="torch.profiler over a window of steps; saves trace.json.")] = False,
     py_spy: Annotated[bool, typer.Option(
         "--py-spy", help="Run under py-spy record; saves pyspy.svg and pyspy.speedscope.json.")] = False,
@@ -48,7 +53,7 @@ def profile(
     table when it uses rlperf.PhaseTimer, its top functions with your code marked, and the advisor."""
     from rlperf.instruments.profilers import ProfileOptions
 
-    options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_)
+    options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, cprofile_whole=cprofile_whole, torch=torch_)
     _check_arguments(ctx, options, py_spy, native, verify, run)
     if script:
         _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)

@@ -48,6 +48,7 @@ from time import perf_counter
 from typing import Any
 
 from rlperf.instruments import evidence
+from rlperf.instruments.windows import WHOLE_S
 
 TORCH_WINDOW = (10, 1, 5)
 """torch.profiler schedule over the script's steps: skip 10, warm up 1, record 5."""
@@ -65,6 +66,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--report", required=True)
     parser.add_argument("--no-cprofile", dest="cprofile", action="store_false")
     parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--cprofile-whole", type=float, default=WHOLE_S,
+                        help="seconds profiled whole before cProfile runs in windows (rlperf.instruments.windows)")
     parser.add_argument("--parent", type=int, help="rlperf's pid: when it is gone, the script stops")
     parser.add_argument("--plain", action="store_true", help="no instruments: time the script alone (--verify)")
     parser.add_argument("--apply", action="append", default=[], metavar="FIX",
@@ -172,6 +175,7 @@ class _Session:
         self.plain = False  # no instruments: the script alone (--verify's runs)
         self.window: _TorchWindow | None = None
         self.timers: list[Any] = []
+        self.roots: list[str] = []  # where your code lives
         self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
         try:  # numpy missing: the script cannot make a PhaseTimer either, and its profile goes on without
             from rlperf import external
@@ -215,9 +219,13 @@ class _Session:
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     signal.signal(signum, signal.SIG_IGN)
             if self.profiler is not None:
-                self.profiler.profile.disable()
-                self.profiler.dump(self.report.with_suffix(".prof"))
-            self.write(code, ended)
+                self.profiler.stop()
+            data = self.gather(code, ended)
+            if self.profiler is not None:
+                cost = float(((data.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
+                data["cprofile"] = self.profiler.summary(cost)
+                _dump(self.profiler.table(cost, _calls_by_name(self.roots)), self.report.with_suffix(".prof"))
+            _write_json(self.report, data)
 
     def watch_parent(self, parent: int) -> None:
         """When rlperf is gone (killed outright: it could pass nothing on), stop the script and what it
@@ -234,6 +242,10 @@ class _Session:
 
     def write(self, code: int | None, ended: str) -> None:
         """FILE, atomically: the exit code (None while running), the status and what was gathered."""
+        _write_json(self.report, self.gather(code, ended))
+
+    def gather(self, code: int | None, ended: str) -> dict[str, Any]:
+        """What FILE holds: the exit code (None while running), the status and what was gathered."""
         torch = sys.modules.get("torch")
         external = sys.modules.get("rlperf.external")
         timers = external.timers_in_use() if external is not None else []
@@ -269,9 +281,32 @@ class _Session:
                     "made none" if window.stepped is None else
                     f"the script made {window.profiler.steps} steps, fewer than the window needs "
                     f"(steps {window.profiler.window.first}–{window.profiler.window.last})")}
-        tmp = self.report.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
-        tmp.replace(self.report)
+        return data
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _dump(table: dict[Any, tuple], path: Path) -> None:
+    """``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``) from a table, atomically."""
+    import marshal
+
+    from rlperf.atomic import write_bytes_atomic
+
+    write_bytes_atomic(path, marshal.dumps(table))
+
+
+def _calls_by_name(roots: list[str]) -> Any:
+    """Whether a frame is of your code and calls a function by a name (its source says so; any name
+    for ""): the windows' calls without a caller go to it (rlperf.instruments.windows)."""
+    from rlperf.instruments.foreign import Sources
+    from rlperf.instruments.profilers import user_code
+
+    own, sources = user_code(roots), Sources()
+    return lambda key, name: own(key[0]) and (not name or bool(sources.call_lines(key, [name])))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -291,9 +326,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.plain:
         evidence.install(kind, name)
         evidence.sample_lines(kind, name)
-    from rlperf.instruments.profilers import CProfiler
+    from rlperf.instruments.windows import WindowedProfiler
 
-    session.profiler = CProfiler() if args.cprofile and not args.plain else None
+    session.roots = evidence.script_roots(kind, name)
+    session.profiler = WindowedProfiler(whole_s=args.cprofile_whole) if args.cprofile and not args.plain else None
     session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None
     faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
     exit_now = os._exit

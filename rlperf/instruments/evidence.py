@@ -356,11 +356,11 @@ def sample_lines(kind: str, name: str) -> None:
 
     from rlperf.instruments.profilers import user_code
 
-    _SAMPLER = LineSampler(user_code(_roots(kind, name)), threading.get_ident())
+    _SAMPLER = LineSampler(user_code(script_roots(kind, name)), threading.get_ident())
     _SAMPLER.start()
 
 
-def _roots(kind: str, name: str) -> list[str]:
+def script_roots(kind: str, name: str) -> list[str]:
     """Your code: what lives under the script's folder (the working directory for a module) or the working directory."""
     return [os.path.dirname(os.path.abspath(name)) if kind == "script" else os.getcwd(), os.getcwd()]
 
@@ -375,7 +375,7 @@ def install(kind: str, name: str) -> None:
     torch = sys.modules.get("torch")
     if torch is None:
         return
-    _FORWARDS = Forwards(user_code(_roots(kind, name)))
+    _FORWARDS = Forwards(user_code(script_roots(kind, name)))
     _FORWARDS.install(torch)
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 
 from rlperf.errors import RlperfError
+from rlperf.instruments.windows import WHOLE_S
 
 SORT_KEYS = ("cumtime", "tottime", "ncalls")
 
@@ -102,6 +103,8 @@ class ProfileOptions:
     top: int = 20
     sort: str = "cumtime"
     cprofile: bool = True
+    # a script's seconds profiled whole before cProfile runs in windows (rlperf.instruments.windows)
+    cprofile_whole: float = WHOLE_S
     torch: bool = False
     overhead: bool = True  # replay the first steps without instruments to measure their cost
     microbench: bool = True  # time each slow form the run has against its fast form (the advisor's savings)
@@ -114,6 +117,8 @@ class ProfileOptions:
         if self.top < 1:
             raise RlperfError(f"--top must be at least 1, got {self.top}")
         self.sort = check_sort(self.sort)
+        if not self.cprofile_whole >= 0:  # NaN too
+            raise RlperfError(f"--cprofile-whole must be 0 or more seconds, got {self.cprofile_whole}")
 
 
 def check_out(out: Path) -> None:

@@ -205,6 +205,7 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
     child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
              "--parent", str(os.getpid())]
     child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
+    child += ["--cprofile-whole", repr(options.cprofile_whole)]
     child += [*child_args, "--", *target.target]
     root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
@@ -412,7 +413,8 @@ def _script_profile_section(child: dict[str, Any], record: dict[str, Any], optio
         calls = _script_calls(run_dir, target)
         section["cprofile"] = {"file": "profile.prof", "sort": options.sort, "total_calls": calls.total_calls,
                                "primitive_calls": calls.primitive_calls, "total_s": calls.total_s,
-                               "top": [row.as_dict() for row in calls.top(options.top, options.sort, skip=_launcher)]}
+                               "top": [row.as_dict() for row in calls.top(options.top, options.sort, skip=_launcher)],
+                               "windows": child.get("cprofile")}
         section["artifacts"]["cprofile"] = "profile.prof"
     if "torch" in child:
         section["torch"] = child["torch"]

@@ -255,13 +255,19 @@ def script_overhead_line(record: Mapping[str, Any]) -> str | None:
     is not run twice)."""
     p = record["profile"]
     cost = ((p.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s")
-    calls = (p.get("cprofile") or {}).get("total_calls")
+    windows = (p.get("cprofile") or {}).get("windows") or {}
+    calls = windows.get("recorded_calls", (p.get("cprofile") or {}).get("total_calls"))
     wall = float((record.get("script") or {}).get("wall_s") or 0.0)
     if cost is None or calls is None or wall <= 0:
         return None
     spent = min(calls * cost, 0.9 * wall)
     factor = wall / (wall - spent)
-    return (f"instrument overhead (estimated): cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each (calibrated "
+    how = "" if windows.get("whole", True) else (
+        f"cProfile ran whole for the first {seconds_short(windows['whole_s'])}, then in {windows['windows']} windows "
+        f"({seconds_short(windows['on_s'])} of the next {seconds_short(windows['on_s'] + windows['off_s'])}; the table "
+        f"is those windows scaled ×{windows['scale']:.2f} to the whole run, callers restored from the stacks: "
+        f"--cprofile-whole for more); ")
+    return (f"instrument overhead (estimated): {how}cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each (calibrated "
             f"after the script), at least {seconds_short(spent)} of the script's {seconds_short(wall)}: ×{factor:.2f} "
             f"or more its time alone (Python-heavy library code such as SB3's pays up to twice that: BENCHMARKS.md); "
             f"the advisor's savings leave that cost out")

@@ -1,0 +1,350 @@
+"""cProfile in windows, for a script's long runs: exact over the first :data:`WHOLE_S` seconds, then on
+for about a quarter of the time, in short windows at random moments; one table for the whole run.
+
+cProfile slows a Python-heavy loop 1.2-2.5x (0.2-0.6 µs on every call). A run's first seconds hold
+its start-up and the first steps of its loop, profiled whole; after them the loop repeats itself, and
+windows of it, scaled to the time between them, tell the same story at a quarter of the cost.
+
+Two things make a window's table read like a whole run's:
+
+- **Callers** (:func:`stitch`). A profiler switched on mid-loop does not know the frames already
+  running: every call they make during the window is recorded without a caller. The stack at each
+  switch-on is kept (the signal handler's ``frame``), and each such call is given back to a frame of
+  those stacks: in proportion to the callers recorded for the same function elsewhere, else to the
+  innermost frame of your code whose source calls it by name. The frames of the stacks get the
+  window's time as their cumulative time (half of it for a frame that returned during the window).
+- **Scale** (:func:`merge`). The windows' calls and seconds are multiplied by the work between windows
+  over the work inside them (their time less what the profiler added per call), then added to the
+  first seconds' table, which stays as recorded.
+
+The windows are switched by ``SIGALRM`` (an interval timer of the script's process, in its main
+thread, where cProfile must be switched; system calls restart after it). A script that uses SIGALRM
+or an interval timer itself is profiled whole, as are runs shorter than :data:`WHOLE_S`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import math
+import random
+import signal
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from time import perf_counter
+from typing import Any
+
+Key = tuple[str, int, str]
+Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
+
+WHOLE_S = math.inf
+"""Seconds from the script's start profiled whole, by default all of them: windows are opt-in
+(``rlperf profile --cprofile-whole 5``) until the advisor is shown to read them as it reads a whole
+run (on short runs with one or two windows it does not yet: BENCHMARKS.md)."""
+ON_S = 0.2
+"""Seconds of one window after the first :data:`WHOLE_S`."""
+OFF_S = 0.6
+"""Mean seconds between two windows (drawn uniformly from half to one and a half times it: a loop's
+own period cannot line up with the windows)."""
+
+
+MAX_SLOWDOWN = 3.0
+"""The most cProfile is taken to slow the windows (their work is their time over this at least)."""
+
+
+class WindowedProfiler:
+    """cProfile over the first ``whole_s`` seconds, then in windows of ``on_s`` every ``off_s`` or so."""
+
+    def __init__(self, whole_s: float = WHOLE_S, on_s: float = ON_S, off_s: float = OFF_S) -> None:
+        self.whole_s, self.on_s, self.off_s = whole_s, on_s, off_s
+        self.first = cProfile.Profile()
+        self.windows = cProfile.Profile()
+        self.state = "idle"
+        self.since = 0.0
+        self.timed = {"first": 0.0, "on": 0.0, "off": 0.0}
+        self.stacks: list[tuple[list[tuple[Key, bool]], float]] = []  # (stack, each frame alive at the end?; seconds)
+        self._stack: list[Any] = []  # the frames running when the window opened, outermost first
+        self.windowing = False
+        self.rng = random.Random(0)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        self.start()
+        try:
+            yield
+        finally:
+            self.stop()
+
+    def start(self) -> None:
+        """Profile from now; windows after ``whole_s`` where this is the main thread and SIGALRM is free."""
+        free = (math.isfinite(self.whole_s) and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+                and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+        if free:
+            signal.signal(signal.SIGALRM, self._tick)
+            signal.siginterrupt(signal.SIGALRM, False)
+            signal.setitimer(signal.ITIMER_REAL, self.whole_s)
+            self.windowing = True
+        self.state, self.since = "first", perf_counter()
+        self.first.enable()
+
+    def stop(self) -> None:
+        """Stop profiling and the timer (the script's end, however it came)."""
+        self.first.disable()
+        self.windows.disable()
+        now = perf_counter()
+        if self.windowing:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if signal.getsignal(signal.SIGALRM) == self._tick:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        self._close(now, None)
+        self.state = "done"
+
+    def _close(self, now: float, frame: Any) -> None:
+        seconds = now - self.since
+        if self.state == "first":
+            self.timed["first"] += seconds
+        elif self.state == "off":
+            self.timed["off"] += seconds
+        elif self.state == "on":
+            self.timed["on"] += seconds
+            alive = {id(f) for f in _frames(frame)} if frame is not None else set()
+            self.stacks.append(([(_key(f.f_code), id(f) in alive) for f in self._stack], seconds))
+            self._stack = []  # the frames are held until here: a new frame cannot take a held one's id
+
+    def _tick(self, signum: int, frame: Any) -> None:
+        if self.state == "first":  # a window at once: a run that ends before the next one is scaled too
+            self.first.disable()
+            self._close(perf_counter(), frame)
+            self._open(frame)
+        elif self.state == "on":
+            self.windows.disable()
+            self._close(perf_counter(), frame)
+            self.state, self.since = "off", perf_counter()
+            signal.setitimer(signal.ITIMER_REAL, self.off_s * (0.5 + self.rng.random()))
+        elif self.state == "off":
+            self._close(perf_counter(), frame)
+            self._open(frame)
+
+    def _open(self, frame: Any) -> None:
+        self._stack = list(reversed(_frames(frame)))
+        signal.setitimer(signal.ITIMER_REAL, self.on_s)
+        self.state, self.since = "on", perf_counter()
+        self.windows.enable()  # last: nothing of this handler is recorded but enable's own return
+
+    def table(self, call_cost: float, calls_by_name: Callable[[Key, str], bool] | None = None) -> Table:
+        """The whole run's table: the first seconds as recorded, plus the windows stitched and scaled."""
+        first = _raw(self.first)
+        if not self.stacks:
+            return _without_own(first)
+        windows = _without_own(_raw(self.windows))
+        stitch(windows, self.stacks, first, calls_by_name)
+        return merge(_without_own(first), windows, self.scale(windows, call_cost))
+
+    def scale(self, windows: Table, call_cost: float) -> float:
+        """The work between windows and in them over the work in them (each window's time less the
+        profiler's cost for the calls it recorded)."""
+        calls = sum(v[1] for v in windows.values())
+        on = max(self.timed["on"], 1e-9)
+        # cProfile slows a loop 1-3x (BENCHMARKS.md): a cost per call that says more is a loop of
+        # calls too small to calibrate against, and the bound keeps the scale from running away
+        slowdown = min(max(on / max(on - call_cost * calls, 1e-9), 1.0), MAX_SLOWDOWN)
+        return 1.0 + self.timed["off"] * slowdown / on
+
+    def summary(self, call_cost: float) -> dict[str, Any]:
+        """What the record says of the profile: whole, or its first seconds and windows, the calls
+        cProfile recorded (what it cost), and the factor the windows were scaled by."""
+        first, windows = _without_own(_raw(self.first)), _without_own(_raw(self.windows))
+        recorded = sum(v[1] for v in first.values()) + sum(v[1] for v in windows.values())
+        if not self.stacks:
+            return {"whole": True, "whole_s": self.timed["first"], "recorded_calls": recorded}
+        return {"whole": False, "whole_s": self.timed["first"], "windows": len(self.stacks),
+                "on_s": self.timed["on"], "off_s": self.timed["off"], "recorded_calls": recorded,
+                "scale": self.scale(windows, call_cost)}
+
+
+def _frames(frame: Any) -> list[Any]:
+    out = []
+    while frame is not None:
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def _key(code: Any) -> Key:
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def _raw(profile: cProfile.Profile) -> Table:
+    profile.create_stats()
+    return dict(profile.stats)
+
+
+def _without_own(table: Table) -> Table:
+    """The table less this module's handler and what it called (a window's switch)."""
+    mine = {k for k in table if k[0] == __file__}
+    out: Table = {}
+    for key, (cc, nc, tt, ct, callers) in table.items():
+        if key in mine:
+            continue
+        for caller in mine & set(callers):
+            c = callers[caller]  # (nc, cc, tt, ct)
+            cc, nc, tt, ct = cc - c[1], nc - c[0], tt - c[2], ct - c[3]
+        if nc <= 0:
+            continue
+        out[key] = (cc, nc, tt, ct, {c: v for c, v in callers.items() if c not in mine})
+    return out
+
+
+def stitch(windows: Table, stacks: list[tuple[list[tuple[Key, bool]], float]], known: Table,
+           calls_by_name: Callable[[Key, str], bool] | None = None) -> None:
+    """Give the windows' calls without a caller to the frames of the stacks they were made from (see
+    the module docstring), and those frames their time; in place."""
+    present, depth, edges = _stack_frames(stacks, known, windows)
+    given = _give_loose_calls(windows, present, depth, known, calls_by_name, len(stacks))
+    _time_stack_frames(windows, present, edges, given)
+
+
+def _stack_frames(stacks: list[tuple[list[tuple[Key, bool]], float]], known: Table, windows: Table
+                  ) -> tuple[dict[Key, float], dict[Key, int], dict[tuple[Key, Key], float]]:
+    """Each stack frame's seconds in the windows, its greatest depth, and each (outer, inner) pair's seconds."""
+    present: dict[Key, float] = defaultdict(float)
+    depth: dict[Key, int] = {}
+    edges: dict[tuple[Key, Key], float] = defaultdict(float)
+    for stack, seconds in stacks:
+        seen: set[Key] = set()
+        previous: Key | None = None
+        for i, (key, alive) in enumerate(stack):
+            if key in seen:  # recursion: cumulative time counts the outermost call
+                continue
+            seen.add(key)
+            # a call that returned during the window had, on average, half of one call's time left
+            part = seconds if alive else min(seconds, 0.5 * _mean_call(key, known, windows))
+            present[key] += part
+            depth[key] = max(depth.get(key, 0), i)
+            if previous is not None:
+                edges[(previous, key)] += part
+            previous = key
+    return present, depth, edges
+
+
+def _give_loose_calls(windows: Table, present: Mapping[Key, float], depth: Mapping[Key, int], known: Table,
+                      calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int) -> dict[Key, float]:
+    """Callers for the calls recorded without one (in place); returns the seconds given to each frame."""
+    given: dict[Key, float] = defaultdict(float)
+    for key in list(windows):
+        cc, nc, tt, ct, callers = windows[key]
+        loose = nc - sum(v[0] for v in callers.values())  # a caller's figures: (nc, cc, tt, ct)
+        if loose <= 0:
+            continue
+        counts = _callers_of(key, loose, present, depth, windows, known, calls_by_name, windows_seen)
+        callers = dict(callers)
+        explained = sum(v[3] for v in callers.values())
+        # the loose calls are outermost: their time is what the recorded callers leave of the cumulative
+        # time, which counts outermost calls only (a recursive one: its mean outermost call's)
+        cumulative = ct - explained if cc == nc and explained <= ct else ct * min(1.0, loose / max(cc, 1))
+        for caller, n in counts.items():
+            old = callers.get(caller, (0, 0, 0.0, 0.0))
+            part = (tt * n / nc, cumulative * n / loose)
+            callers[caller] = (old[0] + n, old[1] + n, old[2] + part[0], old[3] + part[1])
+            given[caller] += part[1]
+        windows[key] = (cc, nc, tt, ct, callers)
+    return given
+
+
+def _time_stack_frames(windows: Table, present: Mapping[Key, float], edges: Mapping[tuple[Key, Key], float],
+                       given: Mapping[Key, float]) -> None:
+    """The stack frames' time in the windows (in place): at least what they were seen running, and
+    at least their loose calls' and their inner frames' time."""
+    # a frame under several parents (stacks caught it in different places) shares its time among them
+    into: dict[Key, float] = defaultdict(float)
+    for (_parent, child), seconds in edges.items():
+        into[child] += seconds
+    share = {edge: seconds / into[edge[1]] for edge, seconds in edges.items() if into[edge[1]] > 0}
+    children: dict[Key, list[Key]] = defaultdict(list)
+    for parent, child in share:
+        children[parent].append(child)
+    inclusive: dict[Key, float] = {}
+
+    def time_in(key: Key, path: frozenset[Key] = frozenset()) -> float:
+        """A stack frame's seconds in the windows: at least its calls' and its inner frames'."""
+        if key not in inclusive:
+            inclusive[key] = max(present[key], given.get(key, 0.0) + inner(key, path | {key}))
+        return inclusive[key]
+
+    def inner(key: Key, path: frozenset[Key] = frozenset()) -> float:
+        return sum(time_in(c, path) * share[(key, c)] for c in children[key] if c not in path)
+
+    for key in present:
+        cc, nc, tt, ct, callers = windows.get(key, (0, 0, 0.0, 0.0, {}))
+        callers = dict(callers)
+        for (parent, child), fraction in share.items():
+            if child == key:
+                old = callers.get(parent, (0, 0, 0.0, 0.0))
+                callers[parent] = (old[0], old[1], old[2], old[3] + time_in(key) * fraction)
+        own = time_in(key) - given.get(key, 0.0) - inner(key, frozenset({key}))
+        windows[key] = (cc, nc, tt + max(0.0, own), ct + time_in(key), callers)
+
+
+def _mean_call(key: Key, *tables: Table) -> float:
+    calls = sum(t[key][1] for t in tables if key in t)
+    return sum(t[key][3] for t in tables if key in t) / calls if calls else 0.0
+
+
+def _callers_of(key: Key, loose: float, present: Mapping[Key, float], depth: Mapping[Key, int], windows: Table,
+                known: Table, calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int) -> dict[Key, float]:
+    """Calls of ``key`` without a caller, by frame of the stacks: those its recorded callers among the
+    frames would have made (their calls to it per second times their seconds on the stacks); the rest
+    to the innermost frame of your code whose source calls it by name, else (once a window or more) to
+    the frame of your code that runs longest through the windows (the loop's). Left without a caller
+    (as cProfile left them) when none of the stacks' frames is your code."""
+    expected: dict[Key, float] = defaultdict(float)
+    for table in (known, windows):
+        for caller, v in (table.get(key, (0, 0, 0, 0, {}))[4]).items():
+            if caller in present and caller != key and caller in table and table[caller][3] > 0:
+                expected[caller] += v[0] / table[caller][3] * present[caller]
+    total = sum(expected.values())
+    out = {caller: n * min(1.0, loose / total) for caller, n in expected.items()} if total > 0 else {}
+    rest = loose - sum(out.values())
+    if rest < 0.5 or calls_by_name is None:
+        return out
+    name = _called_as(key)
+    innermost = sorted(present, key=lambda k: -depth[k])
+    frame = next((f for f in innermost if f != key and calls_by_name(f, name)), None)
+    if frame is None and rest >= windows_seen:  # called under another name, about once a window at least
+        # (a decorated function: ``optimizer.step`` is torch's ``wrapper``)
+        frame = max((f for f in innermost if f != key and calls_by_name(f, "")), key=lambda f: present[f], default=None)
+    if frame is not None:
+        out[frame] = out.get(frame, 0.0) + rest
+    return out
+
+
+def _called_as(key: Key) -> str:
+    """The name a call site uses: a function's own, a builtin's last word (``<method 'item' of ...>``)."""
+    if key[0] != "~":
+        return key[2]
+    text = key[2].strip("<>")
+    if "'" in text:
+        return text.split("'")[1]
+    return text.rsplit(".", 1)[-1].split()[-1]
+
+
+def merge(first: Table, windows: Table, scale: float) -> Table:
+    """``first`` plus ``windows`` times ``scale`` (calls rounded), caller by caller."""
+
+    def scaled(v: tuple) -> tuple:
+        return (round(v[0] * scale), round(v[1] * scale), v[2] * scale, v[3] * scale)
+
+    out: Table = {k: (v[0], v[1], v[2], v[3], dict(v[4])) for k, v in first.items()}
+    for key, v in windows.items():
+        cc, nc, tt, ct = scaled(v[:4])
+        old = out.get(key, (0, 0, 0.0, 0.0, {}))
+        callers = old[4]
+        for caller, c in v[4].items():
+            s = scaled(c)
+            o = callers.get(caller, (0, 0, 0.0, 0.0))
+            callers[caller] = tuple(a + b for a, b in zip(o, s, strict=True))
+        # a frame running through the windows only was called once at least
+        out[key] = (max(old[0] + cc, 1), max(old[1] + nc, 1), old[2] + tt, old[3] + ct, callers)
+    return out

@@ -1,0 +1,137 @@
+"""cProfile in windows (rlperf.instruments.windows): callers restored from the stacks, the windows
+scaled to the whole run, and a table that reads like a whole run's."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from rlperf.instruments.evidence import profiler_cost
+from rlperf.instruments.windows import WindowedProfiler, _called_as, _without_own, merge, stitch
+
+MAIN = ("train.py", 10, "main")
+STEP = ("env.py", 3, "step")
+HELPER = ("env.py", 20, "helper")
+RUNNER = ("<frozen runpy>", 65, "_run_code")
+
+
+def test_calls_made_by_a_frame_running_before_the_window_go_back_to_it() -> None:
+    # main ran through the window (it was on the stack when it opened and when it closed): its 10
+    # calls of step were recorded without a caller; step's own calls of helper kept theirs
+    windows = {
+        STEP: (10, 10, 0.02, 0.08, {}),
+        HELPER: (10, 10, 0.06, 0.06, {STEP: (10, 10, 0.06, 0.06)}),
+    }
+    stacks = [([(RUNNER, True), (MAIN, True)], 0.1)]
+    stitch(windows, stacks, known={}, calls_by_name=lambda frame, name: frame == MAIN and name in ("step", ""))
+    assert windows[STEP][4][MAIN][0] == 10
+    assert windows[STEP][4][MAIN][3] == pytest.approx(0.08)
+    assert windows[HELPER][4] == {STEP: (10, 10, 0.06, 0.06)}  # recorded callers stay as they were
+    _cc, _nc, tt, ct, callers = windows[MAIN]
+    assert ct == pytest.approx(0.1) and tt == pytest.approx(0.02)  # its own time: the window less step's
+    assert callers[RUNNER][3] == pytest.approx(0.1)
+
+
+def test_a_caller_recorded_elsewhere_takes_the_calls_it_would_have_made() -> None:
+    # step is known (from the first seconds) to call helper 1000 times a second of its time, in calls
+    # of 10 ms; caught mid-call when the window opened, it had about 5 ms left: 5 calls are its, the
+    # rest main's (the frame of your code running through the window)
+    known = {STEP: (100, 100, 0.0, 1.0, {MAIN: (100, 100, 0.0, 1.0)}),
+             HELPER: (1000, 1000, 0.5, 0.5, {STEP: (1000, 1000, 0.5, 0.5)})}
+    windows = {HELPER: (50, 50, 0.02, 0.02, {})}
+    stacks = [([(MAIN, True), (STEP, False)], 0.1)]
+    stitch(windows, stacks, known, calls_by_name=lambda frame, name: frame == MAIN and name == "")
+    callers = windows[HELPER][4]
+    assert callers[STEP][0] == pytest.approx(5)
+    assert callers[MAIN][0] == pytest.approx(45)
+
+
+def test_calls_no_frame_of_your_code_explains_stay_without_a_caller() -> None:
+    windows = {STEP: (3, 3, 0.001, 0.001, {})}
+    stacks = [([(RUNNER, True)], 0.1), ([(RUNNER, True)], 0.1), ([(RUNNER, True)], 0.1)]
+    stitch(windows, stacks, known={}, calls_by_name=lambda frame, name: False)
+    assert windows[STEP][4] == {}
+
+
+def test_merge_scales_the_windows_and_keeps_the_first_seconds() -> None:
+    first = {MAIN: (1, 1, 0.1, 1.0, {RUNNER: (1, 1, 0.1, 1.0)}), STEP: (5, 5, 0.01, 0.05, {MAIN: (5, 5, 0.01, 0.05)})}
+    windows = {STEP: (10, 10, 0.02, 0.1, {MAIN: (10, 10, 0.02, 0.1)}), HELPER: (0, 0, 0.0, 0.3, {})}
+    out = merge(first, windows, scale=4.0)
+    assert out[STEP][:4] == (45, 45, pytest.approx(0.09), pytest.approx(0.45))
+    assert out[STEP][4][MAIN] == (45, 45, pytest.approx(0.09), pytest.approx(0.45))
+    assert out[MAIN][:2] == (1, 1)
+    assert out[HELPER][1] == 1  # only ever on the stacks: called once at least
+
+
+def test_the_handler_and_what_it_called_leave_the_table() -> None:
+    tick = (__import__("rlperf.instruments.windows").instruments.windows.__file__, 100, "_tick")
+    clock = ("~", 0, "<built-in method time.perf_counter>")
+    table = {tick: (1, 1, 0.0, 0.0, {MAIN: (1, 1, 0.0, 0.0)}),
+             clock: (5, 5, 0.001, 0.001, {tick: (2, 2, 0.0004, 0.0004), MAIN: (3, 3, 0.0006, 0.0006)})}
+    out = _without_own(table)
+    assert set(out) == {clock}
+    assert out[clock][:2] == (3, 3) and out[clock][4] == {MAIN: (3, 3, 0.0006, 0.0006)}
+
+
+@pytest.mark.parametrize(("key", "name"), [
+    (("~", 0, "<method 'item' of 'torch._C.TensorBase' objects>"), "item"),
+    (("~", 0, "<built-in method builtins.print>"), "print"),
+    (("~", 0, "<built-in method torch._C._nn.linear>"), "linear"),
+    (("x.py", 3, "save_checkpoint"), "save_checkpoint"),
+])
+def test_the_name_a_call_site_uses(key: tuple, name: str) -> None:
+    assert _called_as(key) == name
+
+
+calls = 0
+
+
+def work() -> int:
+    global calls
+    calls += 1
+    return sum(range(2000))  # a few µs: the calls cProfile records cost it a small part of the loop
+
+
+def loop(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        work()
+
+
+@pytest.fixture
+def free_alarm():
+    """pytest-timeout keeps SIGALRM while a test runs: lend it to the profiler, then give it back."""
+    handler = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    timer = signal.setitimer(signal.ITIMER_REAL, 0)
+    yield
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, *timer)
+
+
+def test_a_windowed_run_counts_the_calls_of_a_whole_one(free_alarm: None) -> None:
+    global calls
+    calls = 0
+    profiler = WindowedProfiler(whole_s=0.2, on_s=0.05, off_s=0.15)
+    with profiler.running():
+        loop(2.0)
+    assert profiler.windowing and len(profiler.stacks) >= 5
+    cost = profiler_cost()["per_call_s"]  # the windows ran slower: scaled as the work they did
+    summary = profiler.summary(cost)
+    assert not summary["whole"] and summary["on_s"] < 0.5 * (summary["on_s"] + summary["off_s"])
+    table = profiler.table(cost, calls_by_name=lambda frame, name: frame[2] == "loop" and name in ("work", ""))
+    (key,) = [k for k in table if k[2] == "work" and k[0] == __file__]
+    assert table[key][1] == pytest.approx(calls, rel=0.25)
+    by_loop = [v for caller, v in table[key][4].items() if caller[2] == "loop"]
+    assert by_loop and by_loop[0][0] == pytest.approx(calls, rel=0.25)  # its caller restored
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # the handler is put back
+
+
+def test_a_script_that_holds_sigalrm_is_profiled_whole(free_alarm: None) -> None:
+    signal.signal(signal.SIGALRM, lambda *a: None)
+    profiler = WindowedProfiler(whole_s=0.05)
+    with profiler.running():
+        loop(0.3)
+    assert not profiler.windowing and not profiler.stacks
+    assert profiler.summary(0.0)["whole"]
