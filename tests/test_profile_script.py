@@ -211,3 +211,9 @@ def test_a_negative_cprofile_whole_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = profile(tmp_path, "--cprofile-whole", "-1", "--", "python", str(FOREIGN / "clean.py"))
     assert proc.returncode == 2 and "--cprofile-whole must be 0 or more seconds" in proc.stderr
     assert "Traceback" not in proc.stderr and not list(tmp_path.glob("*/run.json"))
+
+
+def test_cprofile_whole_without_a_script_is_refused(tmp_path: Path) -> None:
+    proc = profile(tmp_path, "--cprofile-whole", "5", "--steps", "256")
+    assert proc.returncode == 2 and "--cprofile-whole applies to a script's profile" in proc.stderr
+    assert "Traceback" not in proc.stderr and not list(tmp_path.glob("*/run.json"))

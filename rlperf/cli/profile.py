@@ -138,6 +138,9 @@ def _check_arguments(ctx: typer.Context, options: Any, py_spy: bool, native: boo
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
     if verify < 0:
         raise RlperfError(f"--verify must be 0 or more, got {verify}")
+    if options.cprofile_whole != WHOLE_S and ctx.meta.get("rlperf.after_dashdash") is None:
+        raise RlperfError("--cprofile-whole applies to a script's profile", hint="rlperf profile --cprofile-whole 5 -- "
+                          "python train.py")
     from rlperf.run.files import check_run_name
 
     check_run_name(run.name)

@@ -48,6 +48,7 @@ from time import perf_counter
 from typing import Any
 
 from rlperf.instruments import evidence
+from rlperf.instruments.profilers import dump_table
 from rlperf.instruments.windows import WHOLE_S
 
 TORCH_WINDOW = (10, 1, 5)
@@ -224,7 +225,8 @@ class _Session:
             if self.profiler is not None:
                 cost = float(((data.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
                 data["cprofile"] = self.profiler.summary(cost)
-                _dump(self.profiler.table(cost, _calls_by_name(self.roots)), self.report.with_suffix(".prof"))
+                by_name = _calls_by_name(self.roots) if self.profiler.stacks else None  # windows only: no parsing else
+                dump_table(self.profiler.table(cost, by_name), self.report.with_suffix(".prof"))
             _write_json(self.report, data)
 
     def watch_parent(self, parent: int) -> None:
@@ -288,15 +290,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
     tmp.replace(path)
-
-
-def _dump(table: dict[Any, tuple], path: Path) -> None:
-    """``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``) from a table, atomically."""
-    import marshal
-
-    from rlperf.atomic import write_bytes_atomic
-
-    write_bytes_atomic(path, marshal.dumps(table))
 
 
 def _calls_by_name(roots: list[str]) -> Any:

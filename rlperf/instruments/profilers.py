@@ -241,12 +241,17 @@ class CProfiler:
     def dump(self, path: str | Path) -> None:
         """Write ``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``) atomically: what
         ``Profile.dump_stats`` writes, never half a file."""
-        import marshal
-
-        from rlperf.atomic import write_bytes_atomic
-
         self.profile.create_stats()
-        write_bytes_atomic(path, marshal.dumps(self.profile.stats))
+        dump_table(self.profile.stats, path)
+
+
+def dump_table(table: Mapping[Any, tuple], path: str | Path) -> None:
+    """A cProfile table as ``profile.prof`` (``pstats.Stats(path)``, ``snakeviz path``), atomically."""
+    import marshal
+
+    from rlperf.atomic import write_bytes_atomic
+
+    write_bytes_atomic(path, marshal.dumps(dict(table)))
 
 
 # -- garbage collector -------------------------------------------------------------------------

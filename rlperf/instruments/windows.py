@@ -67,6 +67,7 @@ class WindowedProfiler:
         self._stack: list[Any] = []  # the frames running when the window opened, outermost first
         self.windowing = False
         self.rng = random.Random(0)
+        self._recorded: tuple[Table, Table] | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -133,14 +134,20 @@ class WindowedProfiler:
         self.state, self.since = "on", perf_counter()
         self.windows.enable()  # last: nothing of this handler is recorded but enable's own return
 
+    def recorded(self) -> tuple[Table, Table]:
+        """What cProfile recorded, less the switches: the first seconds, the windows (read once, after :meth:`stop`)."""
+        if self._recorded is None:
+            self._recorded = (_without_own(_raw(self.first)), _without_own(_raw(self.windows)))
+        return self._recorded
+
     def table(self, call_cost: float, calls_by_name: Callable[[Key, str], bool] | None = None) -> Table:
         """The whole run's table: the first seconds as recorded, plus the windows stitched and scaled."""
-        first = _raw(self.first)
+        first, recorded = self.recorded()
         if not self.stacks:
-            return _without_own(first)
-        windows = _without_own(_raw(self.windows))
+            return first
+        windows = {k: (*v[:4], dict(v[4])) for k, v in recorded.items()}  # stitched in place: the record stays
         stitch(windows, self.stacks, first, calls_by_name)
-        return merge(_without_own(first), windows, self.scale(windows, call_cost))
+        return merge(first, windows, self.scale(recorded, call_cost))
 
     def scale(self, windows: Table, call_cost: float) -> float:
         """The work between windows and in them over the work in them (each window's time less the
@@ -155,7 +162,7 @@ class WindowedProfiler:
     def summary(self, call_cost: float) -> dict[str, Any]:
         """What the record says of the profile: whole, or its first seconds and windows, the calls
         cProfile recorded (what it cost), and the factor the windows were scaled by."""
-        first, windows = _without_own(_raw(self.first)), _without_own(_raw(self.windows))
+        first, windows = self.recorded()
         recorded = sum(v[1] for v in first.values()) + sum(v[1] for v in windows.values())
         if not self.stacks:
             return {"whole": True, "whole_s": self.timed["first"], "recorded_calls": recorded}
