@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 
@@ -17,3 +18,18 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def effective_cpus() -> float:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota."""
+    try:
+        cpus = float(len(os.sched_getaffinity(0)))
+    except AttributeError:
+        cpus = float(os.cpu_count() or 1)
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    return cpus

@@ -452,3 +452,39 @@ def test_a_network_the_script_deep_copies_or_saves_carries_none_of_the_instrumen
         assert not twin._forward_pre_hooks and not twin._forward_hooks and not net._forward_hooks
     finally:
         forwards.remove()
+
+
+def test_the_forward_hooks_record_top_level_calls_only_and_leave_torch_on_its_fast_path() -> None:
+    """Only a module called by your code is a call site; its submodules' calls go straight through
+    (no global module hook, which would send every submodule call through torch's slow path)."""
+    import torch
+    from torch.nn.modules import module as torch_module
+
+    from rlperf.instruments import evidence
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    original = torch.nn.Module.__call__
+    forwards = evidence.Forwards(lambda file: file == __file__)
+    forwards.install(torch)
+    try:
+        assert not torch_module._global_forward_pre_hooks and not torch_module._global_forward_hooks
+        for _ in range(3):
+            net(torch.zeros(5, 3))  # the call site
+        with torch.no_grad():
+            net(torch.zeros(1, 3))
+        sites = list(forwards.sites.values())
+        assert [(s.calls, s.grad_calls, s.batch) for s in sites] == [(3, 3, 5), (1, 0, 1)]
+        assert all(s.module is net for s in sites)
+    finally:
+        forwards.remove()
+    assert torch.nn.Module.__call__ is original
+
+
+def test_a_micro_benchmark_of_a_slow_forward_keeps_to_its_budget() -> None:
+    from rlperf.instruments import evidence
+
+    slow = lambda: time.sleep(0.02)  # noqa: E731 -- a forward of a large network on one sample
+    started = time.perf_counter()
+    result = evidence._interleaved(slow, slow, budget_s=0.1)
+    assert result["calls"] == 1 and time.perf_counter() - started < 0.6  # 20 calls a repeat would take 4 s
+    assert result["slow_s"] == pytest.approx(0.02, abs=0.015)

@@ -135,3 +135,25 @@ def test_a_script_that_holds_sigalrm_is_profiled_whole(free_alarm: None) -> None
         loop(0.3)
     assert not profiler.windowing and not profiler.stacks
     assert profiler.summary(0.0)["whole"]
+
+
+def test_windows_from_the_start_open_at_once(free_alarm: None) -> None:
+    profiler = WindowedProfiler(whole_s=0.0, on_s=0.05, off_s=0.1)
+    with profiler.running():
+        loop(0.5)
+    assert profiler.windowing and len(profiler.stacks) >= 2  # 0 must not disarm the timer
+    assert profiler.timed["first"] < 0.05
+
+
+def test_no_window_opens_while_a_module_is_being_imported(free_alarm: None, tmp_path, monkeypatch) -> None:
+    # a lazy import inside the loop (torch's optimizer imports torch._dynamo at its first step) is a
+    # one-time cost: profiled whole, never a window to be scaled as the loop's work
+    (tmp_path / "slow_import_mod.py").write_text("from test_windows import loop\nloop(0.4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "slow_import_mod", raising=False)
+    profiler = WindowedProfiler(whole_s=0.05, on_s=0.05, off_s=0.1)
+    with profiler.running():
+        __import__("slow_import_mod")
+        loop(0.5)
+    assert profiler.timed["first"] >= 0.4  # whole until the import ended
+    assert profiler.stacks and not any("importlib" in key[0] for stack, _ in profiler.stacks for key, _alive in stack)

@@ -31,7 +31,7 @@ def profile(
     cprofile: Annotated[bool, typer.Option("--cprofile/--no-cprofile", help="cProfile the loop; saves profile.prof.")] = True,
     cprofile_whole: Annotated[float, typer.Option(
         "--cprofile-whole", metavar="SECONDS", help="For a script: seconds profiled whole, after which cProfile runs "
-        "a quarter of the time, in short windows, and its table is scaled to the whole run (an estimate; 0: "
+        "a fifth of the time, in short windows, and its table is scaled to the whole run (an estimate; 0: "
         "windows from the start; default: the whole run exact).", show_default=False)] = WHOLE_S,
     torch_: Annotated[bool, typer.Option("--torch", help="torch.profiler over a window of steps; saves trace.json.")] = False,
     py_spy: Annotated[bool, typer.Option(
@@ -202,20 +202,13 @@ def _verify(record: dict[str, Any], cfg: Any, k: int, run: RunArgs, stop: Any) -
         return verify_findings(record, cfg, k, out=run.out, on_run=progress.on_run if progress else None, stop=stop)
 
 
-def _import_plotting_meanwhile() -> None:
-    """Import matplotlib for the figure in a thread while the script runs (rlperf only waits then),
-    where a CPU is free for it: half a second less after the script ends."""
-    import threading
+def _import_meanwhile(plot: bool) -> None:
+    """While the script runs (rlperf only waits then, and a second CPU is free): the report's imports,
+    and matplotlib's for the figure (half a second less after the script ends)."""
+    from rlperf.instruments.script import import_meanwhile as load
 
-    from rlperf.instruments.advisor import effective_cpus
-
-    def load() -> None:
-        import rlperf.report.plots  # noqa: F401
-        from matplotlib.backends import backend_agg  # noqa: F401
-        from matplotlib import figure  # noqa: F401
-
-    if effective_cpus() >= 2:
-        threading.Thread(target=load, name="rlperf-import-plotting", daemon=True).start()
+    load("rlperf.report.profile", *(("rlperf.report.plots", "matplotlib.backends.backend_agg", "matplotlib.figure")
+                                    if plot else ()))
 
 
 def _verify_script(target: Any, record: dict[str, Any], k: int, run: RunArgs) -> None:
@@ -234,7 +227,6 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
                     tensorboard: bool, run: RunArgs) -> None:
     """``rlperf profile [OPTIONS] -- python SCRIPT [ARGS]``: your script under the instruments; exits with its code."""
     from rlperf.instruments.script import parse_script_command, profile_script
-    from rlperf.report.profile import render_script_profile
 
     if ctx.meta.get("rlperf.after_dashdash") != script:
         raise RlperfError(f"unexpected argument {script[0]!r}", hint="put your command after --: rlperf profile -- "
@@ -245,15 +237,15 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
                           hint="set your script's options after --")
     target = parse_script_command(script)
-    if run.plot:
-        _import_plotting_meanwhile()
     result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
-                            quiet_stdout=run.json_, command=list(sys.argv))
+                            quiet_stdout=run.json_, command=list(sys.argv), meanwhile=lambda: _import_meanwhile(run.plot))
     if verify and result.exit_code == 0 and result.record["profile"]["advisor"]["findings"]:
         _verify_script(target, result.record, verify, run)
     if run.json_:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
     else:
+        from rlperf.report.profile import render_script_profile
+
         render_script_profile(result.record, run.quiet)
     if result.record["script"]["ended"]:
         print(f"rlperf: the script was {result.record['script']['ended']}", file=sys.stderr)

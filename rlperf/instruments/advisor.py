@@ -29,7 +29,6 @@ Adding a rule: write ``rule(record, cfg, calls, gc) -> Finding | None`` returnin
 from __future__ import annotations
 
 import math
-import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -39,6 +38,7 @@ from rlperf.config import Config
 from rlperf.instruments.catalogue import Finding, finding
 from rlperf.instruments.profilers import CallStats
 from rlperf.report.units import percent_short, seconds_short
+from rlperf.system import effective_cpus
 
 MIN_SAVING_SHARE = 0.0025
 """A finding must be worth at least this share of the measured phase time (its saving is measured,
@@ -480,21 +480,6 @@ def small_batch_gpu(
                     f"here")
     return finding("small_batch_gpu", evidence, saving, estimate, knob=f"buffer.batch_size={4 * batch}",
                    fix=f"batches of {4 * batch}")
-
-
-def effective_cpus() -> float:
-    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota."""
-    try:
-        cpus = float(len(os.sched_getaffinity(0)))
-    except AttributeError:
-        cpus = float(os.cpu_count() or 1)
-    try:
-        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
-    except (OSError, ValueError):
-        pass
-    return cpus
 
 
 def thread_excess(cfg: Config, record: Mapping[str, Any]) -> tuple[int, int] | None:

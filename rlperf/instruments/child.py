@@ -295,7 +295,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _calls_by_name(roots: list[str]) -> Any:
     """Whether a frame is of your code and calls a function by a name (its source says so; any name
     for ""): the windows' calls without a caller go to it (rlperf.instruments.windows)."""
-    from rlperf.instruments.foreign import Sources
+    from rlperf.instruments.sources import Sources
     from rlperf.instruments.profilers import user_code
 
     own, sources = user_code(roots), Sources()

@@ -13,6 +13,8 @@ Nothing here imports torch: the script pays for its own imports, rlperf does not
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib
 import json
 import os
 import re
@@ -24,13 +26,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlperf.errors import RlperfError
-from rlperf.instruments.advisor import effective_cpus
 from rlperf.instruments.profilers import (
     PYSPY_HINT,
     CallStats,
@@ -46,6 +47,7 @@ from rlperf.instruments.profilers import (
 )
 from rlperf.atomic import write_json_atomic
 from rlperf.run.signals import signal_name
+from rlperf.system import effective_cpus
 
 if TYPE_CHECKING:
     from rlperf.instruments.foreign import ScriptProfile
@@ -196,10 +198,11 @@ class ChildEnd:
 
 def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
                      pyspy: tuple[str, Path, bool] | None = None, child_args: Sequence[str] = (),
-                     silent: bool = False) -> ChildEnd:
+                     silent: bool = False, started: Callable[[], None] | None = None) -> ChildEnd:
     """Run the script in its child process (under py-spy when ``pyspy`` = (py-spy, recording, native)),
     its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout; none
-    when ``silent``), with ``child_args`` for :mod:`rlperf.instruments.child`.
+    when ``silent``), with ``child_args`` for :mod:`rlperf.instruments.child`; ``started`` is called
+    once the child is started (what rlperf can prepare while the script runs).
     The child runs in its own process group, which holds the terminal while it runs; SIGINT and
     SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
     child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
@@ -217,6 +220,8 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
     proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
                             process_group=0)
     stopper = _Stopper(proc)
+    if started is not None:
+        started()
     spy_lines: list[str] = []
     reader = None
     if pipe:
@@ -265,7 +270,8 @@ def _pass_through(proc: subprocess.Popen[bytes], out: Any, spy_lines: list[str])
 
 def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | None = None,
                    options: ProfileOptions | None = None, py_spy: bool = False, native: bool = False,
-                   quiet_stdout: bool = False, command: list[str] | None = None) -> ScriptRun:
+                   quiet_stdout: bool = False, command: list[str] | None = None,
+                   meanwhile: Callable[[], None] | None = None) -> ScriptRun:
     """Profile a Python script (``rlperf profile -- python SCRIPT``): run it in a child process under
     cProfile (and py-spy, torch.profiler), then write a run directory with ``profile.prof``, the
     py-spy files and a ``kind: "external"`` record holding the script's phase timings (when it used
@@ -283,7 +289,7 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     skipped = f"not found on PATH ({PYSPY_HINT})" if py_spy and pyspy_path is None else None
     run_dir = make_run_dir(out, name or target.name, prefix="profile")
     try:
-        record = _profile_into(run_dir, target, options, quiet_stdout, command, pyspy_path, native, skipped)
+        record = _profile_into(run_dir, target, options, quiet_stdout, command, pyspy_path, native, skipped, meanwhile)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # made here, and holds no record: nothing half-written stays
         raise
@@ -293,17 +299,22 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
 
 def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, quiet_stdout: bool,
                   command: list[str] | None, pyspy_path: str | None, native: bool,
-                  skipped: str | None) -> dict[str, Any]:
+                  skipped: str | None, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run the script's child and build its record in ``run_dir`` (the files the run left, the advisor's findings)."""
-    from rlperf.external import _now as now
-    from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
-    started = now()
+    def prepare() -> None:  # the analysis's imports, on a free CPU while the script runs
+        import_meanwhile("rlperf.instruments.foreign", "rlperf.external")
+        if meanwhile is not None:
+            meanwhile()
+
     with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
         report = Path(scratch) / "child.json"
         recording = Path(scratch) / "pyspy.speedscope.json"
         end = run_script_child(target, report, options, quiet_stdout,
-                               (pyspy_path, recording, native) if pyspy_path else None)
+                               (pyspy_path, recording, native) if pyspy_path else None, started=prepare)
+        from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
+
         if not report.is_file():
             raise RlperfError(f"{target.command[0]} could not start the profiled child (exit code "
                               f"{_exit_code(end.returncode)}; is rlperf importable by it?)",
@@ -315,7 +326,8 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
         if trace.is_file():
             shutil.move(str(trace), run_dir / "trace.json")
         record = _script_record(child, target, run_dir, started, command)
-        section = record["profile"] = _script_profile_section(child, record, options, run_dir, target)
+        calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None  # read once
+        section = record["profile"] = _script_profile_section(child, record, options, calls, run_dir)
         if pyspy_path is not None:
             if recording.is_file() and recording.stat().st_size > 0:
                 attach_pyspy(record, recording, native)
@@ -323,7 +335,6 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
                 skipped = pyspy_failure(end.spy_lines)
     if skipped:
         section["py_spy"] = {"skipped": skipped}
-    calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None
     steps = script_steps(record, calls) or (loop_iterations(ScriptProfile(calls)) if calls is not None else None)
     record["script"]["steps"] = {"count": steps[0], "basis": steps[1]} if steps else None
     section["evidence"] = child.get("evidence") or {}  # the forward hooks' figures and cProfile's cost per call
@@ -337,6 +348,18 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
                           "measured_phase_s": worked}
     record["files"].update({f"profile_{k}": v for k, v in section["artifacts"].items()})
     return record
+
+
+def import_meanwhile(*modules: str) -> None:
+    """Import ``modules`` in a thread while the script runs, where a second CPU is free for it: rlperf
+    only waits then, and the script pays nothing for what rlperf reads after it."""
+    def load() -> None:
+        for module in modules:
+            with contextlib.suppress(Exception):  # imported again where it is needed, and fails there
+                importlib.import_module(module)
+
+    if effective_cpus() >= 2:
+        threading.Thread(target=load, name="rlperf-import-meanwhile", daemon=True).start()
 
 
 def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
@@ -399,8 +422,8 @@ def _script_record(child: dict[str, Any], target: ScriptTarget, run_dir: Path, s
     return record
 
 
-def _script_profile_section(child: dict[str, Any], record: dict[str, Any], options: ProfileOptions, run_dir: Path,
-                            target: ScriptTarget) -> dict[str, Any]:
+def _script_profile_section(child: dict[str, Any], record: dict[str, Any], options: ProfileOptions,
+                            calls: CallStats | None, run_dir: Path) -> dict[str, Any]:
     section: dict[str, Any] = {
         "options": {"top": options.top, "sort": options.sort, "cprofile": options.cprofile, "torch": options.torch},
         "timing_mode": (record.get("timing") or {}).get("mode"),
@@ -409,8 +432,7 @@ def _script_profile_section(child: dict[str, Any], record: dict[str, Any], optio
         "load": {"loadavg_1m": child["loadavg_1m"], "cpus": effective_cpus()},
         "own": "your code",
     }
-    if (run_dir / "profile.prof").is_file():
-        calls = _script_calls(run_dir, target)
+    if calls is not None:
         section["cprofile"] = {"file": "profile.prof", "sort": options.sort, "total_calls": calls.total_calls,
                                "primitive_calls": calls.primitive_calls, "total_s": calls.total_s,
                                "top": [row.as_dict() for row in calls.top(options.top, options.sort, skip=_launcher)],

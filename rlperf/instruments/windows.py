@@ -1,9 +1,10 @@
 """cProfile in windows, for a script's long runs: exact over the first :data:`WHOLE_S` seconds, then on
-for about a quarter of the time, in short windows at random moments; one table for the whole run.
+for about a fifth of the time, in short windows at random moments; one table for the whole run.
 
 cProfile slows a Python-heavy loop 1.2-2.5x (0.2-0.6 µs on every call). A run's first seconds hold
 its start-up and the first steps of its loop, profiled whole; after them the loop repeats itself, and
-windows of it, scaled to the time between them, tell the same story at a quarter of the cost.
+windows of it, scaled to the time between them, tell the same story at a fifth of the cost. An
+import (a lazy one inside the loop too) is profiled whole or not at all: no window opens inside one.
 
 Two things make a window's table read like a whole run's:
 
@@ -42,11 +43,15 @@ WHOLE_S = math.inf
 """Seconds from the script's start profiled whole, by default all of them: windows are opt-in
 (``rlperf profile --cprofile-whole 5``) until the advisor is shown to read them as it reads a whole
 run (on short runs with one or two windows it does not yet: BENCHMARKS.md)."""
-ON_S = 0.2
-"""Seconds of one window after the first :data:`WHOLE_S`."""
-OFF_S = 0.6
+ON_S = 0.1
+"""Seconds of one window after the first :data:`WHOLE_S` (short and many: a window that falls on
+something rare weighs little)."""
+OFF_S = 0.4
 """Mean seconds between two windows (drawn uniformly from half to one and a half times it: a loop's
 own period cannot line up with the windows)."""
+WAIT_S = 0.02
+"""Seconds a window's start waits while a module is being imported (a lazy import is a one-time
+cost: scaled as a window it would read as the loop's work)."""
 
 
 MAX_SLOWDOWN = 3.0
@@ -85,7 +90,7 @@ class WindowedProfiler:
         if free:
             signal.signal(signal.SIGALRM, self._tick)
             signal.siginterrupt(signal.SIGALRM, False)
-            signal.setitimer(signal.ITIMER_REAL, self.whole_s)
+            signal.setitimer(signal.ITIMER_REAL, max(self.whole_s, 1e-3))  # 0 would disarm it
             self.windowing = True
         self.state, self.since = "first", perf_counter()
         self.first.enable()
@@ -115,6 +120,9 @@ class WindowedProfiler:
             self._stack = []  # the frames are held until here: a new frame cannot take a held one's id
 
     def _tick(self, signum: int, frame: Any) -> None:
+        if self.state in ("first", "off") and _importing(frame):  # profiled whole, or not at all, till it ends
+            signal.setitimer(signal.ITIMER_REAL, WAIT_S)
+            return
         if self.state == "first":  # a window at once: a run that ends before the next one is scaled too
             self.first.disable()
             self._close(perf_counter(), frame)
@@ -177,6 +185,15 @@ def _frames(frame: Any) -> list[Any]:
         out.append(frame)
         frame = frame.f_back
     return out
+
+
+def _importing(frame: Any) -> bool:
+    """Whether the frame runs inside an import (importlib's frames under it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _key(code: Any) -> Key:

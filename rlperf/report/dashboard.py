@@ -58,6 +58,11 @@ class Dashboard:
         if self._live is not None:
             self._live.__exit__(*exc)
 
+    @property
+    def drawn(self) -> bool:
+        """Whether a line was drawn yet."""
+        return self._last != float("-inf")
+
     def update(
         self,
         done: int,

@@ -467,8 +467,10 @@ class Learner:
                              time.perf_counter() if t_end is None else t_end)
 
     def _log_quietly(self) -> None:
+        """The last row, for metrics.csv; on the dashboard only when it showed no row yet (a run
+        whose actors finished before the learner's first log still shows its figures once)."""
         board = self.core.board
-        enabled, board.enabled = board.enabled, False
+        enabled, board.enabled = board.enabled, board.enabled and not board.drawn
         try:
             self._log()
         finally:

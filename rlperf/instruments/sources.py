@@ -1,0 +1,237 @@
+"""Your files parsed once, for the advisor of a script (:mod:`rlperf.instruments.foreign`) and for
+the windows' callers (:mod:`rlperf.instruments.windows`): the function a cProfile key names, the
+lines of its calls, its loops. Light on purpose: the profiled child imports it at the script's end."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+Key = tuple[str, int, str]
+
+_COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "info", "debug", "write")
+"""Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
+
+
+_LOOPS = (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _assigned_names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds: ``x``, ``self.x`` -> ``x``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Attribute):
+        return [target.attr]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _assigned_names(t)]
+    return []
+
+
+class Sources:
+    """Your files parsed once: the function a cProfile key names, and the lines of calls inside it."""
+
+    def __init__(self) -> None:
+        self.trees: dict[str, ast.Module | None] = {}
+        self.texts: dict[str, str] = {}
+
+    def tree(self, file: str) -> ast.Module | None:
+        if file not in self.trees:
+            try:
+                self.texts[file] = open(file, encoding="utf-8").read()
+                self.trees[file] = ast.parse(self.texts[file])
+            except (OSError, SyntaxError, ValueError):
+                self.trees[file] = None
+        return self.trees[file]
+
+    def function(self, key: Key) -> ast.AST | None:
+        """The node cProfile's ``key`` names: a function, or the module for ``<module>``."""
+        tree = self.tree(key[0])
+        if tree is None or key[2] == "<module>":
+            return tree
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == key[2]:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if key[1] in (node.lineno, first):
+                    return node
+        return None
+
+    def call_lines(self, key: Key, names: Iterable[str], tried: frozenset[str] = frozenset(),
+                   receivers: frozenset[str] = frozenset()) -> list[int]:
+        """Lines in ``key``'s function that call any of ``names`` (as ``name(...)`` or ``x.name(...)``),
+        those on one of ``receivers`` (``x``, ``self.x``) first, then those inside a loop first."""
+        if key[2].startswith("<") and key[2] != "<module>":  # a comprehension or lambda: its own line
+            return [key[1]]
+        node = self.function(key)
+        if node is None:
+            return []
+        wanted = set(names)
+        found: list[tuple[bool, int, int]] = []  # (on another receiver, loop depth, line)
+
+        def visit(n: ast.AST, depth: int) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
+                    continue
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    if name in wanted:
+                        on = _assigned_names(f.value) if isinstance(f, ast.Attribute) else []
+                        found.append((bool(receivers) and not set(on) & receivers, depth, child.lineno))
+                visit(child, depth + isinstance(child, _LOOPS))
+
+        visit(node, 0)
+        if not found:  # called under another name: ``step = fast_step if fixed else slow_step``
+            aliases = {target for a in ast.walk(node) if isinstance(a, ast.Assign)
+                       and any(isinstance(v, ast.Name) and v.id in wanted for v in ast.walk(a.value))
+                       for t in a.targets for target in _assigned_names(t)} - wanted - tried
+            if aliases:
+                return self.call_lines(key, aliases, tried | wanted, receivers)
+        # The most deeply looped call first: the loop's step is the innermost loop.
+        return [line for _, _, line in sorted(found, key=lambda t: (t[0], -t[1], t[2]))]
+
+    def bound_to(self, file: str, cls: str) -> frozenset[str]:
+        """The names in ``file`` bound to an instance of class ``cls``: ``rb = ReplayBuffer(...)``,
+        ``self.buffer = Ring(...) if fast else ReplayBuffer(...)`` -> ``rb``, ``buffer``."""
+        tree = self.tree(file)
+        names: set[str] = set()
+
+        def bind(target: ast.AST, value: ast.AST) -> None:
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                    and len(target.elts) == len(value.elts):
+                for t, v in zip(target.elts, value.elts, strict=True):  # a, b = A(), B(): pairwise
+                    bind(t, v)
+            elif any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == cls for c in ast.walk(value)):
+                names.update(_assigned_names(target))
+
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, node.value)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                bind(node.target, node.value)
+        return frozenset(names)
+
+    def loops(self, key: Key) -> list[tuple[int, int, str]]:
+        """The loops in ``key``'s function: (nesting depth, line, source text), deepest first."""
+        node = self.function(key)
+        if node is None:
+            return []
+        found: list[tuple[int, int, str]] = []
+
+        def visit(n: ast.AST, depth: int) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                deeper = depth + isinstance(child, _LOOPS)
+                if isinstance(child, _LOOPS):
+                    found.append((deeper, child.lineno, ast.get_source_segment(self.texts[key[0]], child) or ""))
+                visit(child, deeper)
+
+        visit(node, 0)
+        return sorted(found, key=lambda t: (-t[0], t[1]))
+
+    def class_of(self, key: Key) -> str | None:
+        """The class whose method ``key`` is (for ``__init__``: the name a construction calls)."""
+        tree = self.tree(key[0])
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == key[2]
+                    and key[1] in (f.lineno, min([f.lineno, *(d.lineno for d in f.decorator_list)])) for f in node.body):
+                return node.name
+        return None
+
+    def methods(self, key: Key) -> set[str]:
+        """The method names of the class whose method ``key`` is, with those it inherits from classes in
+        the same file; a gymnasium ``Env`` subclass has ``step`` and ``reset`` (empty for a plain function)."""
+        tree = self.tree(key[0])
+        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)} if tree is not None else {}
+        found: set[str] = set()
+        todo, seen = [self.class_of(key)], set()
+        while todo:
+            name = todo.pop()
+            if name is None or name in seen:
+                continue
+            seen.add(name)
+            if name == "Env" and name not in classes:
+                found |= {"step", "reset"}
+                continue
+            node = classes.get(name)
+            if node is None:
+                continue
+            found |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            todo += [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+                     for b in node.bases]
+        return found
+
+    def enclosing_function(self, file: str, line: int) -> str | None:
+        """The innermost function whose source holds ``line`` (``<module>`` outside any)."""
+        tree = self.tree(file)
+        best: tuple[int, str] | None = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None \
+                    and node.lineno <= line <= node.end_lineno and (best is None or node.lineno > best[0]):
+                best = (node.lineno, node.name)
+        return best[1] if best else ("<module>" if tree is not None else None)
+
+    def enclosing_loop(self, file: str, line: int) -> int | None:
+        """The line of the innermost loop whose body holds ``line`` (comprehensions count), or None."""
+        tree = self.tree(file)
+        best = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, _LOOPS) and node.end_lineno is not None:
+                inside = node.lineno < line <= node.end_lineno or (
+                    not isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno <= line <= node.end_lineno)
+                if inside and (best is None or node.lineno >= best):
+                    best = node.lineno
+        return best
+
+    def result_dropped(self, key: Key, line: int, name: str) -> bool:
+        """Whether the loop drops what the call of ``name`` on ``line`` returns, or only collects it for
+        later (``f(x)`` as a statement, ``history.append(f(x))``, ``print(f(x))``): work the next
+        step does not need. False when the source does not say."""
+        node = self.function(key)
+        parents = {child: n for n in ast.walk(node) for child in ast.iter_child_nodes(n)} if node is not None else {}
+        calls = [c for c in parents if isinstance(c, ast.Call) and c.lineno == line and name == (
+            c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None))]
+        for call in calls:
+            parent = parents.get(call)
+            if isinstance(parent, ast.Expr):
+                continue
+            collector = parent.func if isinstance(parent, ast.Call) else None
+            if collector is None or (collector.attr if isinstance(collector, ast.Attribute)
+                                     else getattr(collector, "id", None)) not in _COLLECTORS:
+                return False
+        return bool(calls)
+
+    def returns_value(self, key: Key) -> bool:
+        """Whether ``key``'s function returns a value (a function that returns nothing works by its
+        side effects: dropping its result drops nothing)."""
+        node = self.function(key)
+        if node is None or isinstance(node, ast.Module):
+            return False
+        todo, found = list(ast.iter_child_nodes(node)), False
+        while todo and not found:
+            n = todo.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            found = isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom)) and getattr(n, "value", None) is not None \
+                and not (isinstance(n.value, ast.Constant) and n.value.value is None)
+            todo += ast.iter_child_nodes(n)
+        return found
+
+    def in_loop(self, key: Key, line: int) -> bool:
+        """Whether ``line`` of ``key``'s function is in the body of a loop of that function (a
+        comprehension counts whole)."""
+        node = self.function(key)
+        for loop in ast.walk(node) if node is not None else ():
+            if isinstance(loop, _LOOPS) and loop.end_lineno is not None and loop is not node:
+                body = isinstance(loop, (ast.For, ast.While, ast.AsyncFor))
+                if (loop.lineno < line if body else loop.lineno <= line) and line <= loop.end_lineno:
+                    return True
+        return False
+
+    def text(self, key: Key) -> str:
+        node = self.function(key)
+        if node is None or key[0] not in self.texts:
+            return ""
+        return ast.get_source_segment(self.texts[key[0]], node) or ""
