@@ -488,3 +488,39 @@ def test_a_micro_benchmark_of_a_slow_forward_keeps_to_its_budget() -> None:
     result = evidence._interleaved(slow, slow, budget_s=0.1)
     assert result["calls"] == 1 and time.perf_counter() - started < 0.6  # 20 calls a repeat would take 4 s
     assert result["slow_s"] == pytest.approx(0.02, abs=0.015)
+
+
+def test_rlperf_reads_the_report_while_the_scripts_process_is_still_ending(tmp_path: Path) -> None:
+    """The child says when its report is written: a script whose exit takes long (torch's teardown
+    takes half a second; here an atexit handler sleeps) is read meanwhile, and its exit code kept."""
+    from rlperf.instruments.profilers import ProfileOptions
+    from rlperf.instruments.script import parse_script_command, run_script_child
+
+    script = tmp_path / "slow_exit.py"
+    script.write_text("import atexit, sys, time\natexit.register(time.sleep, 1.5)\nsys.exit(3)\n")
+    target = parse_script_command([sys.executable, str(script)])
+    seen: dict[str, object] = {}
+
+    def reported() -> None:
+        seen["at"] = time.monotonic()
+        seen["report"] = json.loads((tmp_path / "child.json").read_text())
+
+    end = run_script_child(target, tmp_path / "child.json", ProfileOptions(), quiet_stdout=True, silent=True,
+                           reported=reported)
+    ended = time.monotonic()
+    assert end.returncode == 3
+    assert seen["report"]["exit_code"] == 3 and seen["report"]["status"] == "failed"  # type: ignore[index]
+    assert ended - seen["at"] >= 1.0  # type: ignore[operator]  # read before the atexit sleep ended
+
+
+def test_a_child_killed_before_its_report_never_says_it_is_done(tmp_path: Path) -> None:
+    from rlperf.instruments.profilers import ProfileOptions
+    from rlperf.instruments.script import parse_script_command, run_script_child
+
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    target = parse_script_command([sys.executable, str(script)])
+    calls: list[int] = []
+    end = run_script_child(target, tmp_path / "child.json", ProfileOptions(), quiet_stdout=True, silent=True,
+                           reported=lambda: calls.append(1))
+    assert end.returncode == -signal.SIGKILL and not calls

@@ -29,10 +29,10 @@ def profile(
     top: Annotated[int, typer.Option("--top", help="Functions and ops to list.")] = 20,
     sort: Annotated[str, typer.Option("--sort", help="cProfile order: cumtime, tottime or ncalls.")] = "cumtime",
     cprofile: Annotated[bool, typer.Option("--cprofile/--no-cprofile", help="cProfile the loop; saves profile.prof.")] = True,
-    cprofile_whole: Annotated[float, typer.Option(
-        "--cprofile-whole", metavar="SECONDS", help="For a script: seconds profiled whole, after which cProfile runs "
-        "a fifth of the time, in short windows, and its table is scaled to the whole run (an estimate; 0: "
-        "windows from the start; default: the whole run exact).", show_default=False)] = WHOLE_S,
+    cprofile_whole: Annotated[float | None, typer.Option(
+        "--cprofile-whole", metavar="SECONDS", help=f"For a script: seconds profiled whole (default {WHOLE_S:g}), "
+        "after which cProfile runs a fifth of the time, in short windows, and its table is scaled to the whole run "
+        "(an estimate that costs less; inf: the whole run exact).", show_default=False)] = None,
     torch_: Annotated[bool, typer.Option("--torch", help="torch.profiler over a window of steps; saves trace.json.")] = False,
     py_spy: Annotated[bool, typer.Option(
         "--py-spy", help="Run under py-spy record; saves pyspy.svg and pyspy.speedscope.json.")] = False,
@@ -53,8 +53,9 @@ def profile(
     table when it uses rlperf.PhaseTimer, its top functions with your code marked, and the advisor."""
     from rlperf.instruments.profilers import ProfileOptions
 
-    options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, cprofile_whole=cprofile_whole, torch=torch_)
-    _check_arguments(ctx, options, py_spy, native, verify, run)
+    options = ProfileOptions(top=top, sort=sort, cprofile=cprofile, torch=torch_,
+                             cprofile_whole=WHOLE_S if cprofile_whole is None else cprofile_whole)
+    _check_arguments(ctx, options, py_spy, native, verify, run, windows_given=cprofile_whole is not None)
     if script:
         _profile_script(ctx, script, options, py_spy, native, verify, tensorboard, run)
 
@@ -131,14 +132,15 @@ def _show_profile(record: dict[str, Any], run: RunArgs) -> None:
             draw_run(record, quiet=run.quiet)
 
 
-def _check_arguments(ctx: typer.Context, options: Any, py_spy: bool, native: bool, verify: int, run: RunArgs) -> None:
+def _check_arguments(ctx: typer.Context, options: Any, py_spy: bool, native: bool, verify: int, run: RunArgs,
+                     windows_given: bool = False) -> None:
     """What is refused before anything runs, whichever loop is profiled."""
     options.check()
     if native and not py_spy:
         raise RlperfError("--native applies to --py-spy", hint="add --py-spy")
     if verify < 0:
         raise RlperfError(f"--verify must be 0 or more, got {verify}")
-    if options.cprofile_whole != WHOLE_S and ctx.meta.get("rlperf.after_dashdash") is None:
+    if windows_given and ctx.meta.get("rlperf.after_dashdash") is None:
         raise RlperfError("--cprofile-whole applies to a script's profile", hint="rlperf profile --cprofile-whole 5 -- "
                           "python train.py")
     from rlperf.run.files import check_run_name

@@ -1,6 +1,7 @@
 """The process ``rlperf profile -- python SCRIPT [ARGS]`` starts: your script under cProfile.
 
-    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] [--plain] [--apply FIX]
+    python -m rlperf.instruments.child --report FILE [--no-cprofile] [--torch] [--parent PID] [--done-fd FD] [--plain]
+        [--apply FIX]
         -- (SCRIPT | -m MODULE) [ARGS...]
 
 It runs the script as ``python SCRIPT ARGS`` would (``__main__``, ``sys.argv``, the script's folder
@@ -70,6 +71,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--cprofile-whole", type=float, default=WHOLE_S,
                         help="seconds profiled whole before cProfile runs in windows (rlperf.instruments.windows)")
     parser.add_argument("--parent", type=int, help="rlperf's pid: when it is gone, the script stops")
+    parser.add_argument("--done-fd", type=int, help="a pipe to rlperf: one byte once FILE is written (the process "
+                        "may take a while yet to end: rlperf reads FILE meanwhile)")
     parser.add_argument("--plain", action="store_true", help="no instruments: time the script alone (--verify)")
     parser.add_argument("--apply", action="append", default=[], metavar="FIX",
                         help="a fix of rlperf.instruments.fixes, applied before the script runs")
@@ -177,6 +180,7 @@ class _Session:
         self.window: _TorchWindow | None = None
         self.timers: list[Any] = []
         self.roots: list[str] = []  # where your code lives
+        self.done_fd: int | None = None  # rlperf's pipe: a byte once FILE is written
         self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
         try:  # numpy missing: the script cannot make a PhaseTimer either, and its profile goes on without
             from rlperf import external
@@ -228,6 +232,11 @@ class _Session:
                 by_name = _calls_by_name(self.roots) if self.profiler.stacks else None  # windows only: no parsing else
                 dump_table(self.profiler.table(cost, by_name), self.report.with_suffix(".prof"))
             _write_json(self.report, data)
+            if self.done_fd is not None:
+                with contextlib.suppress(OSError):  # rlperf gone: nobody to tell
+                    os.write(self.done_fd, b"1")
+                    os.close(self.done_fd)
+                self.done_fd = None
 
     def watch_parent(self, parent: int) -> None:
         """When rlperf is gone (killed outright: it could pass nothing on), stop the script and what it
@@ -306,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     args, target = parse(list(sys.argv[1:] if argv is None else argv))
     kind, name = _prepare_target(target)
     session = _Session(Path(args.report))
+    if args.done_fd is not None:
+        os.set_inheritable(args.done_fd, False)  # the script's own subprocesses do not hold rlperf's pipe
+        session.done_fd = args.done_fd
     session.write(None, "running")  # the script starts: from here on how it exits is its own
     session.snapshots()
     if args.parent is not None:

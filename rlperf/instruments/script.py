@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -148,14 +149,29 @@ class _Stopper:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, rung)
 
-    def wait(self) -> int:
+    def wait(self, done: int | None = None, on_done: Callable[[], None] | None = None) -> int:
+        """Wait for the child's end, escalating as signals ask. ``on_done`` is called once the child
+        says (a byte on the pipe ``done``) that its report is written: its process may still be
+        ending (torch's teardown alone takes half a second), and rlperf reads meanwhile."""
         while True:
-            try:
-                return self.proc.wait(timeout=0.25)
-            except subprocess.TimeoutExpired:
-                if self.next_at is not None and time.monotonic() >= self.next_at:
-                    self._escalate()
-                    self.next_at = time.monotonic() + GRACE_S
+            if done is not None:
+                ready, _, _ = select.select([done], [], [], 0.25)
+                if ready:
+                    said = os.read(done, 1)
+                    done = None  # once: a byte, or the pipe's end (the child died without a word)
+                    if said and on_done is not None:
+                        on_done()
+                code = self.proc.poll()
+            else:
+                try:
+                    code = self.proc.wait(timeout=0.25)
+                except subprocess.TimeoutExpired:
+                    code = None
+            if code is not None:
+                return code
+            if self.next_at is not None and time.monotonic() >= self.next_at:
+                self._escalate()
+                self.next_at = time.monotonic() + GRACE_S
 
     @property
     def signum(self) -> int | None:
@@ -198,17 +214,21 @@ class ChildEnd:
 
 def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
                      pyspy: tuple[str, Path, bool] | None = None, child_args: Sequence[str] = (),
-                     silent: bool = False, started: Callable[[], None] | None = None) -> ChildEnd:
+                     silent: bool = False, started: Callable[[], None] | None = None,
+                     reported: Callable[[], None] | None = None) -> ChildEnd:
     """Run the script in its child process (under py-spy when ``pyspy`` = (py-spy, recording, native)),
     its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout; none
     when ``silent``), with ``child_args`` for :mod:`rlperf.instruments.child`; ``started`` is called
-    once the child is started (what rlperf can prepare while the script runs).
+    once the child is started (what rlperf can prepare while the script runs), ``reported`` once
+    its report is written, while its process may still be ending.
     The child runs in its own process group, which holds the terminal while it runs; SIGINT and
     SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
     child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
              "--parent", str(os.getpid())]
     child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
     child += ["--cprofile-whole", repr(options.cprofile_whole)]
+    read_end, write_end = os.pipe() if reported is not None else (None, None)
+    child += ["--done-fd", str(write_end)] if write_end is not None else []
     child += [*child_args, "--", *target.target]
     root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
@@ -217,8 +237,16 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
         env.update(pyspy_env())
     pipe = pyspy is not None  # py-spy talks on stdout: its lines are kept back
     output = subprocess.PIPE if pipe else subprocess.DEVNULL if silent else sys.stderr if quiet_stdout else None
-    proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
-                            process_group=0)
+    try:
+        proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
+                                process_group=0, pass_fds=() if write_end is None else (write_end,))
+    except BaseException:
+        if read_end is not None:
+            os.close(read_end)
+        raise
+    finally:
+        if write_end is not None:
+            os.close(write_end)  # the child's now: its end (or its death) ends the pipe
     stopper = _Stopper(proc)
     if started is not None:
         started()
@@ -231,10 +259,12 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
     previous = {signum: signal.signal(signum, stopper) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with _terminal_to(proc.pid):
-            returncode = stopper.wait()
+            returncode = stopper.wait(read_end, reported)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if read_end is not None:
+            os.close(read_end)
     if reader is not None:
         reader.join(timeout=5)
     return ChildEnd(returncode, stopper.signum, spy_lines)
@@ -308,11 +338,19 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
         if meanwhile is not None:
             meanwhile()
 
+    read: dict[str, CallStats] = {}
+
+    def reported() -> None:  # the report is written; the script's process may take a while yet to end
+        with contextlib.suppress(Exception):  # read again below, where an error belongs
+            if report.with_suffix(".prof").is_file():
+                read["calls"] = _script_calls(report.with_suffix(".prof"), target)
+
     with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
         report = Path(scratch) / "child.json"
         recording = Path(scratch) / "pyspy.speedscope.json"
         end = run_script_child(target, report, options, quiet_stdout,
-                               (pyspy_path, recording, native) if pyspy_path else None, started=prepare)
+                               (pyspy_path, recording, native) if pyspy_path else None, started=prepare,
+                               reported=reported)
         from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
 
         if not report.is_file():
@@ -326,7 +364,8 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
         if trace.is_file():
             shutil.move(str(trace), run_dir / "trace.json")
         record = _script_record(child, target, run_dir, started, command)
-        calls = _script_calls(run_dir, target) if (run_dir / "profile.prof").is_file() else None  # read once
+        calls = read.get("calls") or (_script_calls(run_dir / "profile.prof", target)
+                                       if (run_dir / "profile.prof").is_file() else None)
         section = record["profile"] = _script_profile_section(child, record, options, calls, run_dir)
         if pyspy_path is not None:
             if recording.is_file() and recording.stat().st_size > 0:
@@ -453,8 +492,9 @@ def _launcher(label: str) -> bool:
             or "rlperf/instruments/child.py:" in label.replace(os.sep, "/"))
 
 
-def _script_calls(run_dir: Path, target: ScriptTarget) -> CallStats:
+def _script_calls(prof: Path, target: ScriptTarget) -> CallStats:
+    """The script's cProfile table (``prof``), your code marked."""
     import pstats
 
     script_dir = Path(target.target[0]).resolve().parent if target.target[0] != "-m" else Path.cwd()
-    return CallStats(pstats.Stats(str(run_dir / "profile.prof")), own=user_code([script_dir, Path.cwd()]))
+    return CallStats(pstats.Stats(str(prof)), own=user_code([script_dir, Path.cwd()]))

@@ -39,10 +39,11 @@ from typing import Any
 Key = tuple[str, int, str]
 Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
 
-WHOLE_S = math.inf
-"""Seconds from the script's start profiled whole, by default all of them: windows are opt-in
-(``rlperf profile --cprofile-whole 5``) until the advisor is shown to read them as it reads a whole
-run (on short runs with one or two windows it does not yet: BENCHMARKS.md)."""
+WHOLE_S = 2.0
+"""Seconds from the script's start profiled whole (its imports, however long, too): its start-up and
+first steps exact, the rest in windows (``rlperf profile --cprofile-whole inf``: all of it exact). On
+the corpus of BENCHMARKS.md the advisor reads the windowed tables as it reads whole ones (every
+planted bottleneck named first, no finding on a clean loop) at a lower overhead."""
 ON_S = 0.1
 """Seconds of one window after the first :data:`WHOLE_S` (short and many: a window that falls on
 something rare weighs little)."""
