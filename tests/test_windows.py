@@ -157,3 +157,18 @@ def test_no_window_opens_while_a_module_is_being_imported(free_alarm: None, tmp_
         loop(0.5)
     assert profiler.timed["first"] >= 0.4  # whole until the import ended
     assert profiler.stacks and not any("importlib" in key[0] for stack, _ in profiler.stacks for key, _alive in stack)
+
+
+def test_a_windows_calls_without_a_caller_go_to_that_windows_stack() -> None:
+    # the replay's sample() was running when the first window opened (5 tensor() calls there are its);
+    # in the second window only the loop ran, and its 50 tensor() calls are the loop's, although
+    # sample()'s source calls tensor() too and it is the innermost frame any window saw
+    sample, tensor = ("train.py", 30, "sample"), ("~", 0, "<built-in method torch.tensor>")
+    profiler = WindowedProfiler(whole_s=1.0)
+    profiler.stacks = [([(RUNNER, True), (MAIN, True), (sample, True)], 0.1), ([(RUNNER, True), (MAIN, True)], 0.1)]
+    profiler.timed = {"first": 1.0, "on": 0.2, "off": 0.0}
+    profiler._recorded = ({}, [{tensor: (5, 5, 0.01, 0.01, {})}, {tensor: (50, 50, 0.1, 0.1, {})}])
+    calls_tensor = {MAIN, sample}
+    table = profiler.table(0.0, calls_by_name=lambda frame, name: frame in calls_tensor and name in ("tensor", ""))
+    callers = table[tensor][4]
+    assert callers[sample][0] == 5 and callers[MAIN][0] == 50

@@ -65,7 +65,8 @@ class WindowedProfiler:
     def __init__(self, whole_s: float = WHOLE_S, on_s: float = ON_S, off_s: float = OFF_S) -> None:
         self.whole_s, self.on_s, self.off_s = whole_s, on_s, off_s
         self.first = cProfile.Profile()
-        self.windows = cProfile.Profile()
+        self.windows: list[cProfile.Profile] = []  # one a window: a window's loose calls are its own stack's
+        self.current: cProfile.Profile | None = None
         self.state = "idle"
         self.since = 0.0
         self.timed = {"first": 0.0, "on": 0.0, "off": 0.0}
@@ -73,7 +74,7 @@ class WindowedProfiler:
         self._stack: list[Any] = []  # the frames running when the window opened, outermost first
         self.windowing = False
         self.rng = random.Random(0)
-        self._recorded: tuple[Table, Table] | None = None
+        self._recorded: tuple[Table, list[Table]] | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -99,7 +100,8 @@ class WindowedProfiler:
     def stop(self) -> None:
         """Stop profiling and the timer (the script's end, however it came)."""
         self.first.disable()
-        self.windows.disable()
+        if self.current is not None:
+            self.current.disable()
         now = perf_counter()
         if self.windowing:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -129,7 +131,8 @@ class WindowedProfiler:
             self._close(perf_counter(), frame)
             self._open(frame)
         elif self.state == "on":
-            self.windows.disable()
+            assert self.current is not None
+            self.current.disable()
             self._close(perf_counter(), frame)
             self.state, self.since = "off", perf_counter()
             signal.setitimer(signal.ITIMER_REAL, self.off_s * (0.5 + self.rng.random()))
@@ -140,23 +143,29 @@ class WindowedProfiler:
     def _open(self, frame: Any) -> None:
         self._stack = list(reversed(_frames(frame)))
         signal.setitimer(signal.ITIMER_REAL, self.on_s)
+        self.current = cProfile.Profile()
+        self.windows.append(self.current)
         self.state, self.since = "on", perf_counter()
-        self.windows.enable()  # last: nothing of this handler is recorded but enable's own return
+        self.current.enable()  # last: nothing of this handler is recorded but enable's own return
 
-    def recorded(self) -> tuple[Table, Table]:
-        """What cProfile recorded, less the switches: the first seconds, the windows (read once, after :meth:`stop`)."""
+    def recorded(self) -> tuple[Table, list[Table]]:
+        """What cProfile recorded, less the switches: the first seconds, each window (read once, after :meth:`stop`)."""
         if self._recorded is None:
-            self._recorded = (_without_own(_raw(self.first)), _without_own(_raw(self.windows)))
+            self._recorded = (_without_own(_raw(self.first)), [_without_own(_raw(w)) for w in self.windows])
         return self._recorded
 
     def table(self, call_cost: float, calls_by_name: Callable[[Key, str], bool] | None = None) -> Table:
-        """The whole run's table: the first seconds as recorded, plus the windows stitched and scaled."""
+        """The whole run's table: the first seconds as recorded, plus the windows stitched (each with
+        the stack it opened on) and scaled."""
         first, recorded = self.recorded()
         if not self.stacks:
             return first
-        windows = {k: (*v[:4], dict(v[4])) for k, v in recorded.items()}  # stitched in place: the record stays
-        stitch(windows, self.stacks, first, calls_by_name)
-        return merge(first, windows, self.scale(recorded, call_cost))
+        stitched: Table = {}
+        for table, stack in zip(recorded, self.stacks, strict=True):
+            window = {k: (*v[:4], dict(v[4])) for k, v in table.items()}  # stitched in place: the record stays
+            stitch(window, [stack], first, calls_by_name)
+            _add(stitched, window)
+        return merge(first, stitched, self.scale(_add({}, *recorded), call_cost))
 
     def scale(self, windows: Table, call_cost: float) -> float:
         """The work between windows and in them over the work in them (each window's time less the
@@ -171,7 +180,8 @@ class WindowedProfiler:
     def summary(self, call_cost: float) -> dict[str, Any]:
         """What the record says of the profile: whole, or its first seconds and windows, the calls
         cProfile recorded (what it cost), and the factor the windows were scaled by."""
-        first, windows = self.recorded()
+        first, tables = self.recorded()
+        windows = _add({}, *tables)
         recorded = sum(v[1] for v in first.values()) + sum(v[1] for v in windows.values())
         if not self.stacks:
             return {"whole": True, "whole_s": self.timed["first"], "recorded_calls": recorded}
@@ -353,6 +363,19 @@ def _called_as(key: Key) -> str:
     if "'" in text:
         return text.split("'")[1]
     return text.rsplit(".", 1)[-1].split()[-1]
+
+
+def _add(into: Table, *tables: Table) -> Table:
+    """``tables`` added into ``into``, caller by caller (in place; returns it)."""
+    for table in tables:
+        for key, (cc, nc, tt, ct, callers) in table.items():
+            old = into.get(key, (0, 0, 0.0, 0.0, {}))
+            both = dict(old[4])
+            for caller, c in callers.items():
+                o = both.get(caller, (0, 0, 0.0, 0.0))
+                both[caller] = tuple(a + b for a, b in zip(o, c, strict=True))
+            into[key] = (old[0] + cc, old[1] + nc, old[2] + tt, old[3] + ct, both)
+    return into
 
 
 def merge(first: Table, windows: Table, scale: float) -> Table:
