@@ -370,6 +370,16 @@ class Evidence:
     steps: tuple[int, str] | None
     hooks: Mapping[str, Any]
 
+    @property
+    def counts_estimated(self) -> bool:
+        """Whether the call counts are estimates: cProfile ran in windows, scaled to the run
+        (rlperf.instruments.windows). A threshold on a ratio of counts then wants a margin."""
+        windows = ((self.record.get("profile") or {}).get("cprofile") or {}).get("windows") or {}
+        return windows.get("whole") is False
+
+
+COUNT_MARGIN = 0.1
+"""How much a ratio of estimated counts must clear a rule's threshold by (windows: counts a few percent off)."""
 
 ScriptRule = Callable[[Evidence], "Finding | None"]
 
@@ -435,7 +445,7 @@ def update_ratio(ev: Evidence) -> Finding | None:
     updates = _optimizer_steps(p)
     ratio = updates / steps[0]
     callers = _by_caller(p.edges(p.keys("backward", "torch/_tensor.py")))
-    if ratio <= 4 or not callers:
+    if ratio <= 4 * (1 + COUNT_MARGIN * ev.counts_estimated) or not callers:
         return None
     update_fn = max(callers, key=lambda k: _total(callers[k])[0])
     # The call site: where the loop calls the update (the update function itself when it holds the loop).

@@ -21,12 +21,12 @@ import re
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -401,22 +401,32 @@ def import_meanwhile(*modules: str) -> None:
         threading.Thread(target=load, name="rlperf-import-meanwhile", daemon=True).start()
 
 
+LOOP_COUNT_SPREAD = 0.1
+"""How far apart the call counts of one loop's body may be and still count as the same iteration
+count: in a table scaled from cProfile's windows (rlperf.instruments.windows) they are estimates, a
+few percent apart, never equal."""
+
+
 def loop_iterations(p: ScriptProfile) -> tuple[int, str] | None:
     """The iterations of the script's loop, where nothing counts steps (no timer, an env written as
     functions without a ``step`` method): in your function that holds the loop (else one that runs
-    once and holds most of the script's time), the call count most of its callees share (a loop body calls its parts once per
-    iteration), the larger on a tie. None when no two callees share a count."""
+    once and holds most of the script's time), the call count most of its callees share, within
+    :data:`LOOP_COUNT_SPREAD` (a loop body calls its parts once per iteration), the larger on a tie.
+    None when no two callees share a count."""
     holder = p.loop_holder()  # the function with the loop (main under <module>), then the others
     for fn in sorted((k for k in p.raw if p.is_user(k) and p.calls(k) == 1),
                      key=lambda k: (k == holder, p.cumtime(k)), reverse=True):
         if p.cumtime(fn) < 0.5 * p.total:
             break
-        shared = Counter(n for _, n, _ in p.callees.get(fn, []) if n >= 2)
-        if not shared:
+        counts = sorted(n for _, n, _ in p.callees.get(fn, []) if n >= 2)
+        shared = max(((sum(1 for n in counts if c <= n <= c * (1 + LOOP_COUNT_SPREAD)), c) for c in counts), default=None)
+        if shared is None or shared[0] < 2:
             continue
-        count, callees = max(shared.items(), key=lambda item: (item[1], item[0]))
-        if callees >= 2:
-            return count, f"iterations of the loop in {p.where(fn)} ({callees} functions it calls ran {count:,} times each)"
+        members = [n for n in counts if shared[1] <= n <= shared[1] * (1 + LOOP_COUNT_SPREAD)]
+        count = int(statistics.median(members))
+        each = "" if min(members) == max(members) else "about "
+        return count, (f"iterations of the loop in {p.where(fn)} ({len(members)} functions it calls ran {each}{count:,} "
+                       "times each)")
     return None
 
 
