@@ -40,6 +40,7 @@ import os
 import platform
 import runpy
 import signal
+import stat
 import sys
 import threading
 import time
@@ -316,8 +317,10 @@ def main(argv: list[str] | None = None) -> None:
     kind, name = _prepare_target(target)
     session = _Session(Path(args.report))
     if args.done_fd is not None:
-        os.set_inheritable(args.done_fd, False)  # the script's own subprocesses do not hold rlperf's pipe
-        session.done_fd = args.done_fd
+        with contextlib.suppress(OSError):  # not passed down to us (a wrapper closed it): rlperf waits for the exit
+            if stat.S_ISFIFO(os.fstat(args.done_fd).st_mode):  # rlperf's pipe, not a file that took its number
+                os.set_inheritable(args.done_fd, False)  # the script's own subprocesses do not hold it
+                session.done_fd = args.done_fd
     session.write(None, "running")  # the script starts: from here on how it exits is its own
     session.snapshots()
     if args.parent is not None:
