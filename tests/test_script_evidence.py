@@ -580,3 +580,38 @@ def test_a_ratio_of_estimated_counts_must_clear_its_threshold_by_a_margin(tmp_pa
     record = {"profile": {"cprofile": {"windows": {"whole": not windowed}}}}
     found = update_ratio(Evidence(record, ScriptProfile(calls), None, (100, "loop iterations"), {}))
     assert (found is None) == windowed
+
+
+def test_a_module_running_in_a_worker_thread_hides_none_of_the_main_threads_calls() -> None:
+    """Only a call inside another module's call on the same thread goes straight through: a thread
+    pool's long forward must not make every call of the loop's own thread unrecorded meanwhile."""
+    import threading
+
+    import torch
+
+    from rlperf.instruments import evidence
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(torch.nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            entered.set()
+            release.wait(5)
+            return x
+
+    net = torch.nn.Linear(3, 2)
+    forwards = evidence.Forwards(lambda file: file == __file__)
+    forwards.install(torch)
+    try:
+        worker = threading.Thread(target=Blocking(), args=(torch.zeros(1, 3),))
+        worker.start()
+        assert entered.wait(5)
+        with torch.no_grad():
+            net(torch.zeros(4, 3))  # while the worker is inside its module's call
+        release.set()
+        worker.join(5)
+        calls = {s.module: s.calls for s in forwards.sites.values()}
+        assert calls.get(net) == 1
+    finally:
+        release.set()
+        forwards.remove()

@@ -334,7 +334,7 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
     def prepare() -> None:  # the analysis's imports, on a free CPU while the script runs
-        import_meanwhile("rlperf.instruments.foreign", "rlperf.external")
+        import_meanwhile("rlperf.instruments.foreign")
         if meanwhile is not None:
             meanwhile()
 
