@@ -49,6 +49,7 @@ from typing import Any
 
 from rlperf.errors import RlperfError
 from rlperf.report.stats import is_number
+from rlperf.report.units import terminal_safe
 
 ALPHA = 0.05
 METRICS = ("step-p25", "step-median", "throughput")
@@ -373,7 +374,7 @@ def _differences(runs: Sequence[tuple[str, str, Mapping[str, str]]], keys: Itera
         if len(seen) > 1:
             where = "; ".join(f"{value} in {', '.join(names[:2])}{' …' if len(names) > 2 else ''}"
                               for value, names in seen.items())
-            out.append(f"{key} ({where})")
+            out.append(terminal_safe(f"{key} ({where})"))  # a record's value may hold a newline: one line
     return out
 
 
