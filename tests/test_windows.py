@@ -3,6 +3,9 @@ scaled to the whole run, and a table that reads like a whole run's."""
 
 from __future__ import annotations
 
+import builtins
+import importlib
+import math
 import signal
 import time
 
@@ -15,6 +18,7 @@ MAIN = ("train.py", 10, "main")
 STEP = ("env.py", 3, "step")
 HELPER = ("env.py", 20, "helper")
 RUNNER = ("<frozen runpy>", 65, "_run_code")
+_builtin_import, _import_module = builtins.__import__, importlib.import_module
 
 
 def test_calls_made_by_a_frame_running_before_the_window_go_back_to_it() -> None:
@@ -145,18 +149,91 @@ def test_windows_from_the_start_open_at_once(free_alarm: None) -> None:
     assert profiler.timed["first"] < 0.05
 
 
-def test_no_window_opens_while_a_module_is_being_imported(free_alarm: None, tmp_path, monkeypatch) -> None:
+def test_an_installed_packages_import_pauses_the_profile(free_alarm: None, tmp_path, monkeypatch) -> None:
     # a lazy import inside the loop (torch's optimizer imports torch._dynamo at its first step) is a
-    # one-time cost: profiled whole, never a window to be scaled as the loop's work
+    # one-time cost cProfile slows most: not profiled, not scaled, and the first seconds wait for it
     (tmp_path / "slow_import_mod.py").write_text("from test_windows import loop\nloop(0.4)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(__import__("sys").modules, "slow_import_mod", raising=False)
-    profiler = WindowedProfiler(whole_s=0.05, on_s=0.05, off_s=0.1)
+    global calls
+    profiler = WindowedProfiler(whole_s=0.2, on_s=0.05, off_s=0.1)  # own=None: no file is your code
     with profiler.running():
         __import__("slow_import_mod")
-        loop(0.5)
-    assert profiler.timed["first"] >= 0.4  # whole until the import ended
+        calls = 0
+        loop(0.6)
+    assert profiler.timed["imports"] >= 0.4
+    assert 0.15 <= profiler.timed["first"] < 0.35  # the first 0.2 s profiled, the import's not among them
     assert profiler.stacks and not any("importlib" in key[0] for stack, _ in profiler.stacks for key, _alive in stack)
+    table = profiler.table(profiler_cost()["per_call_s"], calls_by_name=lambda frame, name: frame[2] == "loop")
+    (work_key,) = [k for k in table if k[2] == "work" and k[0] == __file__]
+    assert table[work_key][1] == pytest.approx(calls, rel=0.3)  # the import's own calls of work() left out
+    assert not any("slow_import_mod" in k[0] for k in table)
+    assert builtins.__import__ is _builtin_import and importlib.import_module is _import_module  # given back
+
+
+def test_an_import_of_your_own_code_is_profiled_and_no_window_opens_inside(free_alarm: None, tmp_path,
+                                                                           monkeypatch) -> None:
+    # your module's top level may be the loop itself (a script that imports its experiment)
+    (tmp_path / "own_import_mod.py").write_text("from test_windows import loop\nloop(0.4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "own_import_mod", raising=False)
+    profiler = WindowedProfiler(whole_s=0.05, on_s=0.05, off_s=0.1, own=lambda f: f.startswith(str(tmp_path)))
+    with profiler.running():
+        importlib.import_module("own_import_mod")
+        loop(0.5)
+    assert profiler.timed["first"] >= 0.4 and profiler.timed["imports"] < 0.05  # whole until the import ended
+    assert profiler.stacks and not any("importlib" in key[0] for stack, _ in profiler.stacks for key, _alive in stack)
+    assert any("own_import_mod" in k[0] for k in profiler.table(0.0))
+
+
+def _loop_around_an_import(n: int) -> None:
+    for _ in range(n):
+        work()
+    import xml.dom.minidom  # noqa: F401  (an installed module, not imported yet: cProfile pauses)
+    for _ in range(n):
+        work()
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["your-code", "library"])
+def test_the_exact_part_after_an_import_keeps_its_callers(monkeypatch, by_name: bool) -> None:
+    # cProfile switched on again inside the loop does not know the loop's frame: its later calls are
+    # given back to it from the stack the import returned to (by name for your code; a library frame,
+    # such as runpy's that runs the script, is the one that imported and goes on)
+    for name in [m for m in __import__("sys").modules if m == "xml.dom" or m.startswith("xml.dom.")]:
+        monkeypatch.delitem(__import__("sys").modules, name)
+    profiler = WindowedProfiler(whole_s=math.inf)
+    with profiler.running():
+        _loop_around_an_import(300)
+    assert len(profiler.resumed) == 1 and profiler.stitched and profiler.summary(0.0)["whole"]
+    table = profiler.table(0.0, calls_by_name=(lambda frame, name: frame[2] == "_loop_around_an_import"
+                                               and name in ("work", "")) if by_name else (lambda frame, name: False))
+    (work_key,) = [k for k in table if k[2] == "work" and k[0] == __file__]
+    callers = {caller[2]: v[0] for caller, v in table[work_key][4].items()}
+    assert table[work_key][1] == 600 and callers == {"_loop_around_an_import": 600}
+    assert not any("minidom" in k[0] for k in table)
+
+
+def _lazy_helper() -> None:
+    import xml.dom.pulldom  # noqa: F401  (not imported yet: cProfile pauses)
+
+
+def _helper_then_loop(seconds: float) -> None:
+    _lazy_helper()  # returns at once: the part after the import opened inside it
+    loop(seconds)
+
+
+def test_a_frame_that_returned_early_is_not_taken_for_the_loop(monkeypatch) -> None:
+    # at the run's end every frame has returned; the one that made the import returned long before,
+    # the loop's ran to the end: each gets its own time, not the whole part's
+    for name in [m for m in __import__("sys").modules if m == "xml.dom" or m.startswith("xml.dom.")]:
+        monkeypatch.delitem(__import__("sys").modules, name)
+    profiler = WindowedProfiler(whole_s=math.inf)
+    with profiler.running():
+        _helper_then_loop(0.5)
+    table = profiler.table(0.0, calls_by_name=lambda frame, name: frame[2] == "loop" and name in ("work", ""))
+    by_name = {k[2]: v for k, v in table.items() if k[0] == __file__}
+    assert by_name["_lazy_helper"][3] < 0.05
+    assert by_name["_helper_then_loop"][3] >= 0.9 * by_name["work"][3] > 0.1
 
 
 def test_a_windows_calls_without_a_caller_go_to_that_windows_stack() -> None:
@@ -166,8 +243,8 @@ def test_a_windows_calls_without_a_caller_go_to_that_windows_stack() -> None:
     sample, tensor = ("train.py", 30, "sample"), ("~", 0, "<built-in method torch.tensor>")
     profiler = WindowedProfiler(whole_s=1.0)
     profiler.stacks = [([(RUNNER, True), (MAIN, True), (sample, True)], 0.1), ([(RUNNER, True), (MAIN, True)], 0.1)]
-    profiler.timed = {"first": 1.0, "on": 0.2, "off": 0.0}
-    profiler._recorded = ({}, [{tensor: (5, 5, 0.01, 0.01, {})}, {tensor: (50, 50, 0.1, 0.1, {})}])
+    profiler.timed = {"first": 1.0, "on": 0.2, "off": 0.0, "imports": 0.0}
+    profiler._recorded = ({}, [{tensor: (5, 5, 0.01, 0.01, {})}, {tensor: (50, 50, 0.1, 0.1, {})}], [])
     calls_tensor = {MAIN, sample}
     table = profiler.table(0.0, calls_by_name=lambda frame, name: frame in calls_tensor and name in ("tensor", ""))
     callers = table[tensor][4]

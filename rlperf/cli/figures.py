@@ -28,9 +28,14 @@ def draw_run(record: Mapping[str, Any], quiet: bool = False) -> Path | None:
     if not run_dir:
         return None
     path = draw(lambda: run_figure(record, run_series(record, Path(run_dir) / METRICS_NAME)), Path(run_dir) / RUN_FIGURE)
+    announce(path, quiet)
+    return path
+
+
+def announce(path: Path | None, quiet: bool = False) -> None:
+    """The line that says where a figure was drawn (none when it was not, or ``quiet``)."""
     if path is not None and not quiet:
         print(f"figure: {path}", file=sys.stderr)
-    return path
 
 
 def draw_comparison(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], ran: Sequence[Mapping[str, Any]],
@@ -50,6 +55,6 @@ def draw_comparison(sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], ra
     path = draw(lambda: compare_figure(sides, gate, gate_samples), folder / COMPARE_FIGURE)
     if path is None and not ran:
         folder.rmdir()  # made for the figure alone: nothing is left of a figure that was not drawn
-    elif path is not None and not quiet:
-        print(f"figure: {path}", file=sys.stderr)
+    else:
+        announce(path, quiet)
     return path

@@ -239,8 +239,17 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
                           hint="set your script's options after --")
     target = parse_script_command(script)
+    drawn: dict[int, Path | None] = {}
+
+    def ready(record: dict[str, Any]) -> None:  # while the script's process ends: its figure, off the critical path
+        if run.plot and not verify:
+            from rlperf.cli.figures import draw_run
+
+            drawn[id(record)] = draw_run(record, quiet=True)
+
     result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
-                            quiet_stdout=run.json_, command=list(sys.argv), meanwhile=lambda: _import_meanwhile(run.plot))
+                            quiet_stdout=run.json_, command=list(sys.argv), meanwhile=lambda: _import_meanwhile(run.plot),
+                            ready=ready)
     if verify and result.exit_code == 0 and result.record["profile"]["advisor"]["findings"]:
         _verify_script(target, result.record, verify, run)
     if run.json_:
@@ -252,7 +261,10 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
     if result.record["script"]["ended"]:
         print(f"rlperf: the script was {result.record['script']['ended']}", file=sys.stderr)
     if run.plot:
-        from rlperf.cli.figures import draw_run
+        from rlperf.cli.figures import announce, draw_run
 
-        draw_run(result.record, quiet=run.quiet)
+        if id(result.record) in drawn:  # drawn from this very record while the script's process ended
+            announce(drawn[id(result.record)], run.quiet)
+        else:
+            draw_run(result.record, quiet=run.quiet)
     raise typer.Exit(result.exit_code)

@@ -230,7 +230,7 @@ class _Session:
             if self.profiler is not None:
                 cost = float(((data.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
                 data["cprofile"] = self.profiler.summary(cost)
-                by_name = _calls_by_name(self.roots) if self.profiler.stacks else None  # windows only: no parsing else
+                by_name = _calls_by_name(self.roots) if self.profiler.stitched else None  # no parsing else
                 dump_table(self.profiler.table(cost, by_name), self.report.with_suffix(".prof"))
             _write_json(self.report, data)
             if self.done_fd is not None:
@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent is not None:
         session.watch_parent(args.parent)
     session.preimported = preimport(kind, name)
+    import pkgutil  # noqa: F401  (runpy imports it to start the script: a pause of cProfile for nothing)
     if args.apply:
         from rlperf.instruments.fixes import apply
 
@@ -337,7 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     from rlperf.instruments.windows import WindowedProfiler
 
     session.roots = evidence.script_roots(kind, name)
-    session.profiler = WindowedProfiler(whole_s=args.cprofile_whole) if args.cprofile and not args.plain else None
+    if args.cprofile and not args.plain:
+        from rlperf.instruments.profilers import user_code
+
+        session.profiler = WindowedProfiler(whole_s=args.cprofile_whole, own=user_code(session.roots))
     session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None
     faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
     exit_now = os._exit

@@ -301,14 +301,21 @@ def _pass_through(proc: subprocess.Popen[bytes], out: Any, spy_lines: list[str])
 def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | None = None,
                    options: ProfileOptions | None = None, py_spy: bool = False, native: bool = False,
                    quiet_stdout: bool = False, command: list[str] | None = None,
-                   meanwhile: Callable[[], None] | None = None) -> ScriptRun:
+                   meanwhile: Callable[[], None] | None = None,
+                   ready: Callable[[dict[str, Any]], None] | None = None) -> ScriptRun:
     """Profile a Python script (``rlperf profile -- python SCRIPT``): run it in a child process under
     cProfile (and py-spy, torch.profiler), then write a run directory with ``profile.prof``, the
     py-spy files and a ``kind: "external"`` record holding the script's phase timings (when it used
     :class:`rlperf.PhaseTimer`), its top functions with its own code marked, and the advisor's
     findings on them. The exit code is the script's: 128 + N when it was killed by signal N, 130 / 143
     when a SIGINT / SIGTERM to rlperf stopped it. However the script ends, its run directory holds a
-    record saying so; a child that could not start leaves nothing."""
+    record saying so; a child that could not start leaves nothing.
+
+    ``meanwhile`` is called once the script runs; ``ready`` with the record, built while the
+    script's process is still ending (torch's teardown alone takes half a second) from the report
+    its child wrote once the script was over: what the caller draws from it is off the critical
+    path. When the process then ends otherwise than its report said (a signal, py-spy's files), the
+    record is built again, and the returned one is not the one ``ready`` saw."""
     from rlperf.run.files import make_run_dir
 
     options = options or ProfileOptions()
@@ -319,7 +326,8 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
     skipped = f"not found on PATH ({PYSPY_HINT})" if py_spy and pyspy_path is None else None
     run_dir = make_run_dir(out, name or target.name, prefix="profile")
     try:
-        record = _profile_into(run_dir, target, options, quiet_stdout, command, pyspy_path, native, skipped, meanwhile)
+        record = _profile_into(run_dir, target, options, quiet_stdout, command, pyspy_path, native, skipped, meanwhile,
+                               ready)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # made here, and holds no record: nothing half-written stays
         raise
@@ -329,8 +337,11 @@ def profile_script(target: ScriptTarget, out: str | Path = "runs", name: str | N
 
 def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, quiet_stdout: bool,
                   command: list[str] | None, pyspy_path: str | None, native: bool,
-                  skipped: str | None, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run the script's child and build its record in ``run_dir`` (the files the run left, the advisor's findings)."""
+                  skipped: str | None, meanwhile: Callable[[], None] | None = None,
+                  ready: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the script's child and build its record in ``run_dir`` (the files the run left, the advisor's
+    findings): once its report is written (speculatively: the end its report says), again after the
+    process ended if it ended otherwise."""
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
     def prepare() -> None:  # the analysis's imports, on a free CPU while the script runs
@@ -338,12 +349,17 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
         if meanwhile is not None:
             meanwhile()
 
-    read: dict[str, CallStats] = {}
+    built: dict[str, Any] = {}
 
     def reported() -> None:  # the report is written; the script's process may take a while yet to end
-        with contextlib.suppress(Exception):  # read again below, where an error belongs
-            if report.with_suffix(".prof").is_file():
-                read["calls"] = _script_calls(report.with_suffix(".prof"), target)
+        with contextlib.suppress(Exception):  # built again below, where an error belongs
+            said = json.loads(report.read_text(encoding="utf-8"))
+            if said["status"] == "running" or pyspy_path is not None:  # py-spy's files come at the end
+                return
+            built["end"] = ChildEnd(int(said["exit_code"]) & 0xFF, None, [])
+            built["record"] = _build_record(report, built["end"], run_dir, target, options, started, command)
+            if ready is not None:
+                ready(built["record"])
 
     with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
         report = Path(scratch) / "child.json"
@@ -351,27 +367,37 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
         end = run_script_child(target, report, options, quiet_stdout,
                                (pyspy_path, recording, native) if pyspy_path else None, started=prepare,
                                reported=reported)
-        from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
-
         if not report.is_file():
             raise RlperfError(f"{target.command[0]} could not start the profiled child (exit code "
                               f"{_exit_code(end.returncode)}; is rlperf importable by it?)",
                               hint="run with the python rlperf is installed for")
-        child = _child_end(json.loads(report.read_text(encoding="utf-8")), end)
-        prof, trace = report.with_suffix(".prof"), report.with_suffix(".trace.json")
-        if prof.is_file():
-            shutil.move(str(prof), run_dir / "profile.prof")
-        if trace.is_file():
-            shutil.move(str(trace), run_dir / "trace.json")
-        record = _script_record(child, target, run_dir, started, command)
-        calls = read.get("calls") or (_script_calls(run_dir / "profile.prof", target)
-                                       if (run_dir / "profile.prof").is_file() else None)
-        section = record["profile"] = _script_profile_section(child, record, options, calls, run_dir)
-        if pyspy_path is not None:
-            if recording.is_file() and recording.stat().st_size > 0:
-                attach_pyspy(record, recording, native)
-            else:
-                skipped = pyspy_failure(end.spy_lines)
+        if built.get("end") == end:  # ended as its report said: the record stands
+            return built["record"]
+        return _build_record(report, end, run_dir, target, options, started, command, skipped,
+                             recording=recording if pyspy_path else None, native=native)
+
+
+def _build_record(report: Path, end: ChildEnd, run_dir: Path, target: ScriptTarget, options: ProfileOptions,
+                  started: str, command: list[str] | None, skipped: str | None = None,
+                  recording: Path | None = None, native: bool = False) -> dict[str, Any]:
+    """The record from the child's report and how its process ended (the files it left moved into
+    ``run_dir``; py-spy's ``recording`` attached): the script's profile and the advisor's findings."""
+    from rlperf.instruments.foreign import ScriptProfile, advise_script, alone_factor, script_steps
+
+    child = _child_end(json.loads(report.read_text(encoding="utf-8")), end)
+    prof, trace = report.with_suffix(".prof"), report.with_suffix(".trace.json")
+    if prof.is_file():
+        shutil.move(str(prof), run_dir / "profile.prof")
+    if trace.is_file():
+        shutil.move(str(trace), run_dir / "trace.json")
+    record = _script_record(child, target, run_dir, started, command)
+    calls = _script_calls(run_dir / "profile.prof", target) if (run_dir / "profile.prof").is_file() else None
+    section = record["profile"] = _script_profile_section(child, record, options, calls, run_dir)
+    if recording is not None:
+        if recording.is_file() and recording.stat().st_size > 0:
+            attach_pyspy(record, recording, native)
+        else:
+            skipped = pyspy_failure(end.spy_lines)
     if skipped:
         section["py_spy"] = {"skipped": skipped}
     steps = script_steps(record, calls) or (loop_iterations(ScriptProfile(calls)) if calls is not None else None)

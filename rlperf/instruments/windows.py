@@ -3,12 +3,19 @@ for about a fifth of the time, in short windows at random moments; one table for
 
 cProfile slows a Python-heavy loop 1.2-2.5x (0.2-0.6 µs on every call). A run's first seconds hold
 its start-up and the first steps of its loop, profiled whole; after them the loop repeats itself, and
-windows of it, scaled to the time between them, tell the same story at a fifth of the cost. An
-import (a lazy one inside the loop too) is profiled whole or not at all: no window opens inside one.
+windows of it, scaled to the time between them, tell the same story at a fifth of the cost.
+
+Imports are not the loop's work, and cProfile slows them most (torch's optimizer imports
+``torch._dynamo`` at its first step: 0.7 s alone, 1.1 s profiled). An import of an installed package or
+the standard library made from the profiled thread pauses cProfile until it returns (its seconds are
+kept apart, ``imports_s``, neither profiled nor scaled); an import of your own code is profiled, its
+top level may be the loop. No window opens inside an import (``importlib.import_module`` and the like
+included): a lazy import is a one-time cost, never a window scaled as the loop's work.
 
 Two things make a window's table read like a whole run's:
 
-- **Callers** (:func:`stitch`). A profiler switched on mid-loop does not know the frames already
+- **Callers** (:func:`stitch`). A profiler switched on mid-loop (a window, or the exact part going
+  on after an import) does not know the frames already
   running: every call they make during the window is recorded without a caller. The stack at each
   switch-on is kept (the signal handler's ``frame``), and each such call is given back to a frame of
   those stacks: in proportion to the callers recorded for the same function elsewhere, else to the
@@ -25,12 +32,18 @@ or an interval timer itself is profiled whole, as are runs shorter than :data:`W
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import cProfile
+import importlib
+import importlib.machinery
+import importlib.util
 import math
 import random
 import signal
+import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
@@ -40,8 +53,8 @@ Key = tuple[str, int, str]
 Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
 
 WHOLE_S = 2.0
-"""Seconds from the script's start profiled whole (its imports, however long, too): its start-up and
-first steps exact, the rest in windows (``rlperf profile --cprofile-whole inf``: all of it exact). On
+"""Seconds from the script's start profiled whole (imports left out): its start-up and first steps
+exact, the rest in windows (``rlperf profile --cprofile-whole inf``: all of it exact). On
 the corpus of BENCHMARKS.md the advisor reads the windowed tables as it reads whole ones (every
 planted bottleneck named first, no finding on a clean loop) at a lower overhead."""
 ON_S = 0.1
@@ -55,26 +68,44 @@ WAIT_S = 0.02
 cost: scaled as a window it would read as the loop's work)."""
 
 
+WATCH_S = 0.05
+"""Seconds between two looks at which frames of a part's stack still run (see :meth:`WindowedProfiler._watch`)."""
+
+
 MAX_SLOWDOWN = 3.0
 """The most cProfile is taken to slow the windows (their work is their time over this at least)."""
 
 
-class WindowedProfiler:
-    """cProfile over the first ``whole_s`` seconds, then in windows of ``on_s`` every ``off_s`` or so."""
+Stack = tuple[list[tuple[Key, bool]], float]  # (the frames running at a switch-on, each alive at the end?; seconds)
 
-    def __init__(self, whole_s: float = WHOLE_S, on_s: float = ON_S, off_s: float = OFF_S) -> None:
+
+class WindowedProfiler:
+    """cProfile over the first ``whole_s`` seconds, then in windows of ``on_s`` every ``off_s`` or so;
+    paused while an installed package is imported (``own(file)``: whether a module's file is your
+    code, whose imports are profiled; None: no file is)."""
+
+    def __init__(self, whole_s: float = WHOLE_S, on_s: float = ON_S, off_s: float = OFF_S,
+                 own: Callable[[str], bool] | None = None) -> None:
         self.whole_s, self.on_s, self.off_s = whole_s, on_s, off_s
+        self.own = own
         self.first = cProfile.Profile()
+        self.resumed: list[cProfile.Profile] = []  # the exact part after each import: its own stack's
+        self.resumed_stacks: list[Stack] = []
         self.windows: list[cProfile.Profile] = []  # one a window: a window's loose calls are its own stack's
-        self.current: cProfile.Profile | None = None
-        self.state = "idle"
+        self.current: cProfile.Profile | None = None  # the one recording (first, resumed or a window)
+        self.state = "idle"  # first, on, off, import (paused), done
         self.since = 0.0
-        self.timed = {"first": 0.0, "on": 0.0, "off": 0.0}
-        self.stacks: list[tuple[list[tuple[Key, bool]], float]] = []  # (stack, each frame alive at the end?; seconds)
-        self._stack: list[Any] = []  # the frames running when the window opened, outermost first
+        self.timed = {"first": 0.0, "on": 0.0, "off": 0.0, "imports": 0.0}
+        self.stacks: list[Stack] = []
+        self._stack: list[Any] = []  # the frames running when the current part opened, outermost first
+        self._alive: set[int] = set()  # those of them last seen running (rlperf-stack-watch)
+        self._watcher: threading.Thread | None = None
         self.windowing = False
         self.rng = random.Random(0)
-        self._recorded: tuple[Table, list[Table]] | None = None
+        self._recorded: tuple[Table, list[Table], list[Table]] | None = None
+        self._thread = 0
+        self._imports: tuple[Any, Any] | None = None  # builtins.__import__ and importlib.import_module, ours replaced
+        self._theirs: dict[str, bool] = {}  # top-level package -> not your code (its imports pause cProfile)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -83,6 +114,11 @@ class WindowedProfiler:
             yield
         finally:
             self.stop()
+
+    @property
+    def stitched(self) -> bool:
+        """Whether some part of the table was recorded switched on mid-run (its callers are stitched)."""
+        return bool(self.stacks or self.resumed_stacks)
 
     def start(self) -> None:
         """Profile from now; windows after ``whole_s`` where this is the main thread and SIGALRM is free."""
@@ -94,7 +130,10 @@ class WindowedProfiler:
             signal.siginterrupt(signal.SIGALRM, False)
             signal.setitimer(signal.ITIMER_REAL, max(self.whole_s, 1e-3))  # 0 would disarm it
             self.windowing = True
+        self._thread = threading.get_ident()
+        self._wrap_imports()
         self.state, self.since = "first", perf_counter()
+        self.current = self.first
         self.first.enable()
 
     def stop(self) -> None:
@@ -103,6 +142,7 @@ class WindowedProfiler:
         if self.current is not None:
             self.current.disable()
         now = perf_counter()
+        self._unwrap_imports()
         if self.windowing:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if signal.getsignal(signal.SIGALRM) == self._tick:
@@ -112,22 +152,49 @@ class WindowedProfiler:
 
     def _close(self, now: float, frame: Any) -> None:
         seconds = now - self.since
-        if self.state == "first":
-            self.timed["first"] += seconds
-        elif self.state == "off":
-            self.timed["off"] += seconds
+        if self.state in self.timed:
+            self.timed[self.state] += seconds
+        if self.state == "first" and self._stack:
+            self.resumed_stacks.append(self._ended(frame, seconds))
         elif self.state == "on":
-            self.timed["on"] += seconds
-            alive = {id(f) for f in _frames(frame)} if frame is not None else set()
-            self.stacks.append(([(_key(f.f_code), id(f) in alive) for f in self._stack], seconds))
-            self._stack = []  # the frames are held until here: a new frame cannot take a held one's id
+            self.stacks.append(self._ended(frame, seconds))
+
+    def _ended(self, frame: Any, seconds: float) -> Stack:
+        """The stack the part opened on, each frame alive or not at its end (``frame``: None, the run's
+        end, when every frame has returned: those the watcher last saw running count as alive)."""
+        alive = {id(f) for f in _frames(frame)} if frame is not None else self._alive
+        stack = [(_key(f.f_code), id(f) in alive) for f in self._stack]
+        self._stack, self._alive = [], set()  # the frames are held until here: a new frame cannot take a held one's id
+        return stack, seconds
+
+    def _held(self, frame: Any) -> None:
+        """Hold the stack a part opens on (outermost first), and watch which of its frames keep running."""
+        self._stack = list(reversed(_frames(frame)))
+        self._alive = {id(f) for f in self._stack}
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="rlperf-stack-watch", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Which frames of the current part's stack still run, every :data:`WATCH_S` seconds: at the
+        run's end every frame has returned, and one that returned long before (the call that made a
+        lazy import) must not be taken for one that ran to the end (the loop)."""
+        while self.state != "done":
+            time.sleep(WATCH_S)
+            stack = self._stack
+            frame = sys._current_frames().get(self._thread)
+            if stack and frame is not None:
+                running = {id(f) for f in _frames(frame)}
+                if stack is self._stack:  # the part did not end meanwhile
+                    self._alive = {id(f) for f in stack} & running
 
     def _tick(self, signum: int, frame: Any) -> None:
-        if self.state in ("first", "off") and _importing(frame):  # profiled whole, or not at all, till it ends
-            signal.setitimer(signal.ITIMER_REAL, WAIT_S)
+        if self.state == "import" or (self.state in ("first", "off") and _importing(frame)):
+            signal.setitimer(signal.ITIMER_REAL, WAIT_S)  # profiled whole, or not at all, till it ends
             return
         if self.state == "first":  # a window at once: a run that ends before the next one is scaled too
-            self.first.disable()
+            assert self.current is not None
+            self.current.disable()
             self._close(perf_counter(), frame)
             self._open(frame)
         elif self.state == "on":
@@ -135,37 +202,153 @@ class WindowedProfiler:
             self.current.disable()
             self._close(perf_counter(), frame)
             self.state, self.since = "off", perf_counter()
-            signal.setitimer(signal.ITIMER_REAL, self.off_s * (0.5 + self.rng.random()))
+            signal.setitimer(signal.ITIMER_REAL, self._between())
         elif self.state == "off":
             self._close(perf_counter(), frame)
             self._open(frame)
 
+    def _between(self) -> float:
+        return self.off_s * (0.5 + self.rng.random())
+
     def _open(self, frame: Any) -> None:
-        self._stack = list(reversed(_frames(frame)))
+        self._held(frame)
         signal.setitimer(signal.ITIMER_REAL, self.on_s)
         self.current = cProfile.Profile()
         self.windows.append(self.current)
         self.state, self.since = "on", perf_counter()
         self.current.enable()  # last: nothing of this handler is recorded but enable's own return
 
-    def recorded(self) -> tuple[Table, list[Table]]:
-        """What cProfile recorded, less the switches: the first seconds, each window (read once, after :meth:`stop`)."""
+    # -- imports: cProfile paused while an installed package is imported --------------------------
+
+    def _wrap_imports(self) -> None:
+        original_import, original_module = self._imports = (builtins.__import__, importlib.import_module)
+        profiler = self
+
+        def __import__(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+            package = (globals or {}).get("__package__") if level else None
+            if not profiler._pauses(name, package, level):
+                return original_import(name, globals, locals, fromlist, level)
+            was = profiler._pause(sys._getframe(1))
+            try:
+                return original_import(name, globals, locals, fromlist, level)
+            finally:
+                profiler._resume(was, sys._getframe(1))
+
+        def import_module(name: str, package: str | None = None) -> Any:
+            level = len(name) - len(name.lstrip("."))
+            if not profiler._pauses(name[level:], package, level):
+                return original_module(name, package)
+            was = profiler._pause(sys._getframe(1))
+            try:
+                return original_module(name, package)
+            finally:
+                profiler._resume(was, sys._getframe(1))
+
+        builtins.__import__ = __import__
+        importlib.import_module = import_module
+        self._wrappers = (__import__, import_module)
+
+    def _unwrap_imports(self) -> None:
+        if self._imports is None:
+            return
+        if builtins.__import__ is self._wrappers[0]:  # the script may have put its own in since
+            builtins.__import__ = self._imports[0]
+        if importlib.import_module is self._wrappers[1]:
+            importlib.import_module = self._imports[1]
+        self._imports = None
+
+    def _pauses(self, name: str, package: str | None, level: int) -> bool:
+        """Whether importing ``name`` pauses cProfile: a module not imported yet, of a package not
+        yours, imported from the profiled thread while cProfile records or waits for a window."""
+        if self.state not in ("first", "on", "off") or threading.get_ident() != self._thread:
+            return False
+        if level:
+            if not package:
+                return False
+            try:
+                name = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                return False
+        if not name or name in sys.modules:
+            return False
+        top = name.partition(".")[0]
+        theirs = self._theirs.get(top)
+        if theirs is None:
+            theirs = self._theirs[top] = not self._is_own(top)
+        return theirs
+
+    def _is_own(self, top: str) -> bool:
+        """Whether the top-level package ``top`` is your code (its file is under the script's folder)."""
+        if self.own is None:
+            return False
+        module = sys.modules.get(top)
+        try:
+            spec = module.__spec__ if module is not None else importlib.machinery.PathFinder.find_spec(top)
+        except (ImportError, ValueError, AttributeError):
+            return False
+        if spec is None:
+            return False
+        places = [spec.origin] if spec.origin not in (None, "built-in", "frozen") else []
+        places += list(spec.submodule_search_locations or [])
+        return any(self.own(str(place)) for place in places)
+
+    def _pause(self, frame: Any) -> str:
+        """cProfile off for an import (the part recording ends there); returns the state it paused."""
+        was = self.state
+        if was in ("first", "on") and self.current is not None:
+            self.current.disable()
+        self._close(perf_counter(), frame)
+        self.state, self.since = "import", perf_counter()
+        return was
+
+    def _resume(self, was: str, frame: Any) -> None:
+        """After an import: the exact part goes on (a new part, its own stack), or the windows' wait."""
+        if self.state != "import":  # stopped meanwhile (the script exited inside the import)
+            return
+        now = perf_counter()
+        self.timed["imports"] += now - self.since
+        if was != "first":
+            self.state, self.since = "off", now
+            if was == "on":  # the window ended at the import: the next one after a wait
+                signal.setitimer(signal.ITIMER_REAL, self._between())
+            return
+        self._held(frame)
+        self.current = cProfile.Profile()
+        self.resumed.append(self.current)
+        if self.windowing:  # the first seconds are seconds profiled: the import's do not count
+            signal.setitimer(signal.ITIMER_REAL, max(self.whole_s - self.timed["first"], 1e-3))
+        self.state, self.since = "first", perf_counter()
+        self.current.enable()
+
+    # -- the table ----------------------------------------------------------------------------------
+
+    def recorded(self) -> tuple[Table, list[Table], list[Table]]:
+        """What cProfile recorded, less the switches: the first seconds, each window, each exact part
+        after an import (read once, after :meth:`stop`)."""
         if self._recorded is None:
-            self._recorded = (_without_own(_raw(self.first)), [_without_own(_raw(w)) for w in self.windows])
+            self._recorded = (_without_own(_raw(self.first)), [_without_own(_raw(w)) for w in self.windows],
+                              [_without_own(_raw(r)) for r in self.resumed])
         return self._recorded
 
     def table(self, call_cost: float, calls_by_name: Callable[[Key, str], bool] | None = None) -> Table:
-        """The whole run's table: the first seconds as recorded, plus the windows stitched (each with
-        the stack it opened on) and scaled."""
-        first, recorded = self.recorded()
+        """The whole run's table: the first seconds as recorded (their parts after imports stitched),
+        plus the windows stitched (each with the stack it opened on) and scaled."""
+        first, recorded, resumed = self.recorded()
+        exact = first
+        if resumed:
+            exact = _add({}, first)
+            for table, stack in zip(resumed, self.resumed_stacks, strict=True):
+                part = {k: (*v[:4], dict(v[4])) for k, v in table.items()}
+                stitch(part, [stack], first, calls_by_name, after_import=True)
+                _add(exact, part)
         if not self.stacks:
-            return first
+            return exact
         stitched: Table = {}
         for table, stack in zip(recorded, self.stacks, strict=True):
             window = {k: (*v[:4], dict(v[4])) for k, v in table.items()}  # stitched in place: the record stays
-            stitch(window, [stack], first, calls_by_name)
+            stitch(window, [stack], exact, calls_by_name)
             _add(stitched, window)
-        return merge(first, stitched, self.scale(_add({}, *recorded), call_cost))
+        return merge(exact, stitched, self.scale(_add({}, *recorded), call_cost))
 
     def scale(self, windows: Table, call_cost: float) -> float:
         """The work between windows and in them over the work in them (each window's time less the
@@ -179,15 +362,17 @@ class WindowedProfiler:
 
     def summary(self, call_cost: float) -> dict[str, Any]:
         """What the record says of the profile: whole, or its first seconds and windows, the calls
-        cProfile recorded (what it cost), and the factor the windows were scaled by."""
-        first, tables = self.recorded()
+        cProfile recorded (what it cost), the seconds of imports it was paused for, and the factor
+        the windows were scaled by."""
+        first, tables, resumed = self.recorded()
         windows = _add({}, *tables)
-        recorded = sum(v[1] for v in first.values()) + sum(v[1] for v in windows.values())
-        if not self.stacks:
-            return {"whole": True, "whole_s": self.timed["first"], "recorded_calls": recorded}
-        return {"whole": False, "whole_s": self.timed["first"], "windows": len(self.stacks),
-                "on_s": self.timed["on"], "off_s": self.timed["off"], "recorded_calls": recorded,
-                "scale": self.scale(windows, call_cost)}
+        recorded = sum(v[1] for t in (first, windows, *resumed) for v in t.values())
+        out: dict[str, Any] = {"whole": not self.stacks, "whole_s": self.timed["first"], "recorded_calls": recorded,
+                               "imports_s": self.timed["imports"]}
+        if self.stacks:
+            out.update(windows=len(self.stacks), on_s=self.timed["on"], off_s=self.timed["off"],
+                       scale=self.scale(windows, call_cost))
+        return out
 
 
 def _frames(frame: Any) -> list[Any]:
@@ -232,16 +417,19 @@ def _without_own(table: Table) -> Table:
     return out
 
 
-def stitch(windows: Table, stacks: list[tuple[list[tuple[Key, bool]], float]], known: Table,
-           calls_by_name: Callable[[Key, str], bool] | None = None) -> None:
+def stitch(windows: Table, stacks: list[Stack], known: Table,
+           calls_by_name: Callable[[Key, str], bool] | None = None, after_import: bool = False) -> None:
     """Give the windows' calls without a caller to the frames of the stacks they were made from (see
-    the module docstring), and those frames their time; in place."""
+    the module docstring), and those frames their time; in place. ``after_import``: the part after an
+    import: what no frame of your code explains is the innermost frame's that ran on to the part's end
+    (the one that imported, unless it returned: the loop around it goes on)."""
     present, depth, edges = _stack_frames(stacks, known, windows)
-    given = _give_loose_calls(windows, present, depth, known, calls_by_name, len(stacks))
+    ran_on = {key for stack, _ in stacks for key, alive in stack if alive} if after_import else None
+    given = _give_loose_calls(windows, present, depth, known, calls_by_name, len(stacks), ran_on)
     _time_stack_frames(windows, present, edges, given)
 
 
-def _stack_frames(stacks: list[tuple[list[tuple[Key, bool]], float]], known: Table, windows: Table
+def _stack_frames(stacks: list[Stack], known: Table, windows: Table
                   ) -> tuple[dict[Key, float], dict[Key, int], dict[tuple[Key, Key], float]]:
     """Each stack frame's seconds in the windows, its greatest depth, and each (outer, inner) pair's seconds."""
     present: dict[Key, float] = defaultdict(float)
@@ -265,7 +453,8 @@ def _stack_frames(stacks: list[tuple[list[tuple[Key, bool]], float]], known: Tab
 
 
 def _give_loose_calls(windows: Table, present: Mapping[Key, float], depth: Mapping[Key, int], known: Table,
-                      calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int) -> dict[Key, float]:
+                      calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int,
+                      ran_on: set[Key] | None = None) -> dict[Key, float]:
     """Callers for the calls recorded without one (in place); returns the seconds given to each frame."""
     given: dict[Key, float] = defaultdict(float)
     for key in list(windows):
@@ -273,7 +462,7 @@ def _give_loose_calls(windows: Table, present: Mapping[Key, float], depth: Mappi
         loose = nc - sum(v[0] for v in callers.values())  # a caller's figures: (nc, cc, tt, ct)
         if loose <= 0:
             continue
-        counts = _callers_of(key, loose, present, depth, windows, known, calls_by_name, windows_seen)
+        counts = _callers_of(key, loose, present, depth, windows, known, calls_by_name, windows_seen, ran_on)
         callers = dict(callers)
         explained = sum(v[3] for v in callers.values())
         # the loose calls are outermost: their time is what the recorded callers leave of the cumulative
@@ -328,12 +517,15 @@ def _mean_call(key: Key, *tables: Table) -> float:
 
 
 def _callers_of(key: Key, loose: float, present: Mapping[Key, float], depth: Mapping[Key, int], windows: Table,
-                known: Table, calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int) -> dict[Key, float]:
+                known: Table, calls_by_name: Callable[[Key, str], bool] | None, windows_seen: int,
+                ran_on: set[Key] | None = None) -> dict[Key, float]:
     """Calls of ``key`` without a caller, by frame of the stacks: those its recorded callers among the
     frames would have made (their calls to it per second times their seconds on the stacks); the rest
     to the innermost frame of your code whose source calls it by name, else (once a window or more) to
-    the frame of your code that runs longest through the windows (the loop's). Left without a caller
-    (as cProfile left them) when none of the stacks' frames is your code."""
+    the frame of your code that runs longest through the windows (the loop's); after an import
+    (``ran_on``: the stack's frames still running at the part's end), to the innermost of those
+    (the frame that imported, or the one it returned to). Else left without a caller (as cProfile
+    left them)."""
     expected: dict[Key, float] = defaultdict(float)
     for table in (known, windows):
         for caller, v in (table.get(key, (0, 0, 0, 0, {}))[4]).items():
@@ -342,14 +534,20 @@ def _callers_of(key: Key, loose: float, present: Mapping[Key, float], depth: Map
     total = sum(expected.values())
     out = {caller: n * min(1.0, loose / total) for caller, n in expected.items()} if total > 0 else {}
     rest = loose - sum(out.values())
-    if rest < 0.5 or calls_by_name is None:
+    if rest < 0.5:
         return out
-    name = _called_as(key)
     innermost = sorted(present, key=lambda k: -depth[k])
-    frame = next((f for f in innermost if f != key and calls_by_name(f, name)), None)
-    if frame is None and rest >= windows_seen:  # called under another name, about once a window at least
-        # (a decorated function: ``optimizer.step`` is torch's ``wrapper``)
-        frame = max((f for f in innermost if f != key and calls_by_name(f, "")), key=lambda f: present[f], default=None)
+    frame = None
+    if calls_by_name is not None:
+        name = _called_as(key)
+        frame = next((f for f in innermost if f != key and calls_by_name(f, name)), None)
+        if frame is None and rest >= windows_seen:  # called under another name, about once a window at least
+            # (a decorated function: ``optimizer.step`` is torch's ``wrapper``)
+            frame = max((f for f in innermost if f != key and calls_by_name(f, "")), key=lambda f: present[f],
+                        default=None)
+    if frame is None and ran_on is not None:
+        frame = next((f for f in innermost if f != key and f in ran_on), None) or next(
+            (f for f in innermost if f != key), None)
     if frame is not None:
         out[frame] = out.get(frame, 0.0) + rest
     return out

@@ -267,6 +267,10 @@ def script_overhead_line(record: Mapping[str, Any]) -> str | None:
         f"({seconds_short(windows['on_s'])} of the next {seconds_short(windows['on_s'] + windows['off_s'])}; the table "
         f"is those windows scaled ×{windows['scale']:.2f} to the whole run, callers restored from the stacks: "
         f"--cprofile-whole for more); ")
+    imports = float(windows.get("imports_s") or 0.0)
+    if imports >= 0.01:
+        how += (f"cProfile paused for {seconds_short(imports)} of imports of installed packages (not your loop's "
+                "work; not in the table); ")
     return (f"instrument overhead (estimated): {how}cProfile recorded {calls:,} calls at {cost * 1e6:.2g} µs each (calibrated "
             f"after the script), at least {seconds_short(spent)} of the script's {seconds_short(wall)}: ×{factor:.2f} "
             f"or more its time alone (Python-heavy library code such as SB3's pays up to twice that: BENCHMARKS.md); "
