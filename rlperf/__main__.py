@@ -14,16 +14,31 @@ def main() -> None:
 
     stop = StopSignal(starting=True)
     stop.install()  # for the process's lifetime: ignored, not restored, once the command is over
+    profiling_a_script = _profiled_a_script(sys.argv)
     try:
+        if profiling_a_script:  # the script starts now; the command line, imported and parsed, adopts it
+            from rlperf.instruments.script import start_early
+
+            start_early(sys.argv[2:])
         from rlperf.cli import main as cli_main
 
         cli_main(stop=stop)
     except SystemExit as exc:
-        if _profiled_a_script(sys.argv) and (exc.code is None or isinstance(exc.code, int)):
-            _exit_now(exc.code or 0)
+        if profiling_a_script:
+            _discard_early()
+            if exc.code is None or isinstance(exc.code, int):
+                _exit_now(exc.code or 0)
         raise
     finally:
+        if profiling_a_script:
+            _discard_early()
         ignore_stop_signals()
+
+
+def _discard_early() -> None:
+    from rlperf.instruments.script import discard_early
+
+    discard_early()
 
 
 def _profiled_a_script(argv: list[str]) -> bool:

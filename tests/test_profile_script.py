@@ -239,6 +239,41 @@ def test_a_lazy_import_of_an_installed_package_is_left_out_of_the_profile(tmp_pa
     assert "paused for" in (script_overhead_line(record) or "")
 
 
+@pytest.mark.parametrize("options", [[], ["--json", "--no-plot"], ["--top", "3"]], ids=["bare", "json", "other"])
+def test_the_script_runs_once_whether_it_started_before_the_command_line_was_parsed(tmp_path: Path,
+                                                                                    options: list[str]) -> None:
+    # rlperf profile [--out DIR] [--json] [--quiet] [--no-plot] -- python SCRIPT starts the script's
+    # child before Typer is imported; the command adopts it instead of starting another
+    script = tmp_path / "once.py"
+    script.write_text("import os, sys\nwith open(sys.argv[1], 'a') as f:\n    f.write(f'{os.getpid()}\\n')\n")
+    ran = tmp_path / "ran.txt"
+    proc = profile(tmp_path, *options, "--", "python", str(script), str(ran))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(ran.read_text().split()) == 1
+    assert len(list(tmp_path.glob("once-*/run.json"))) == 1
+
+
+def test_a_child_started_early_that_no_command_adopts_is_stopped(tmp_path: Path, monkeypatch) -> None:
+    from rlperf.instruments import script as script_module
+
+    slow = tmp_path / "slow.py"
+    started = tmp_path / "started.txt"
+    slow.write_text(f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(60)\n")
+    monkeypatch.chdir(tmp_path)
+    script_module.start_early(["--out", str(tmp_path / "runs"), "--", "python", str(slow)])
+    early = script_module._EARLY
+    assert early is not None
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    script_module.discard_early()
+    assert early.proc.poll() is not None and not Path(early.scratch.name).exists()
+    assert script_module._EARLY is None
+    script_module.start_early(["--top", "3", "--", "python", str(slow)])  # an option the early start leaves alone
+    script_module.start_early(["--", "python", str(tmp_path / "missing.py")])  # the command says why
+    assert script_module._EARLY is None
+
+
 def test_cprofile_whole_inf_profiles_the_whole_run(tmp_path: Path) -> None:
     proc = profile(tmp_path, "--json", "--no-plot", "--cprofile-whole", "inf", "--", "python", str(FOREIGN / "clean.py"),
                    "--steps", "40")

@@ -399,7 +399,8 @@ def test_snapshots_keep_the_profile_and_the_forward_hooks(tmp_path: Path) -> Non
                 t.step_done()
         main()
         """)
-    proc = profile(tmp_path, "--json", "--", sys.executable, "train.py")
+    # --cprofile-whole inf: every call recorded, so the counts below are exact, not windows scaled
+    proc = profile(tmp_path, "--json", "--cprofile-whole", "inf", "--", sys.executable, "train.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = record_of(tmp_path)
     steps = record["totals"]["vector_steps"]

@@ -209,7 +209,9 @@ def test_the_exact_part_after_an_import_keeps_its_callers(monkeypatch, by_name: 
                                                and name in ("work", "")) if by_name else (lambda frame, name: False))
     (work_key,) = [k for k in table if k[2] == "work" and k[0] == __file__]
     callers = {caller[2]: v[0] for caller, v in table[work_key][4].items()}
-    assert table[work_key][1] == 600 and callers == {"_loop_around_an_import": 600}
+    # the calls its recorded rate explains, then the rest (counts of stitched calls are estimates)
+    assert table[work_key][1] == 600 and list(callers) == ["_loop_around_an_import"]
+    assert callers["_loop_around_an_import"] == pytest.approx(600, abs=1)
     assert not any("minidom" in k[0] for k in table)
 
 

@@ -31,7 +31,7 @@ def profile(
     cprofile: Annotated[bool, typer.Option("--cprofile/--no-cprofile", help="cProfile the loop; saves profile.prof.")] = True,
     cprofile_whole: Annotated[float | None, typer.Option(
         "--cprofile-whole", metavar="SECONDS", help=f"For a script: seconds profiled whole (default {WHOLE_S:g}), "
-        "after which cProfile runs a fifth of the time, in short windows, and its table is scaled to the whole run "
+        "after which cProfile runs a tenth of the time, in short windows, and its table is scaled to the whole run "
         "(an estimate that costs less; inf: the whole run exact).", show_default=False)] = None,
     torch_: Annotated[bool, typer.Option("--torch", help="torch.profiler over a window of steps; saves trace.json.")] = False,
     py_spy: Annotated[bool, typer.Option(

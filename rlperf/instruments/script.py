@@ -182,7 +182,9 @@ class _Stopper:
 @contextlib.contextmanager
 def _terminal_to(pgid: int) -> Iterator[None]:
     """Hand the terminal to the script's process group while it runs, as a shell does for a job: its
-    Ctrl-C goes to the script, and the script may read the terminal. Nothing to do without one."""
+    Ctrl-C goes to the script, and the script may read the terminal (a script started before the
+    command line was parsed, :func:`start_early`, that read it meanwhile was stopped by SIGTTIN: it is
+    continued, as ``fg`` does). Nothing to do without one."""
     try:
         fd = sys.stdin.fileno()
         ours = os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
@@ -195,6 +197,7 @@ def _terminal_to(pgid: int) -> Iterator[None]:
     try:
         with contextlib.suppress(OSError):
             os.tcsetpgrp(fd, pgid)
+            os.killpg(pgid, signal.SIGCONT)
         yield
     finally:
         with contextlib.suppress(OSError):
@@ -215,44 +218,24 @@ class ChildEnd:
 def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
                      pyspy: tuple[str, Path, bool] | None = None, child_args: Sequence[str] = (),
                      silent: bool = False, started: Callable[[], None] | None = None,
-                     reported: Callable[[], None] | None = None) -> ChildEnd:
+                     reported: Callable[[], None] | None = None,
+                     spawned: tuple[subprocess.Popen[bytes], int | None] | None = None) -> ChildEnd:
     """Run the script in its child process (under py-spy when ``pyspy`` = (py-spy, recording, native)),
     its output passed through (stdout to our stderr when ``quiet_stdout``: --json owns stdout; none
     when ``silent``), with ``child_args`` for :mod:`rlperf.instruments.child`; ``started`` is called
     once the child is started (what rlperf can prepare while the script runs), ``reported`` once
-    its report is written, while its process may still be ending.
+    its report is written, while its process may still be ending; ``spawned``: the child and its
+    pipe, started already for this very command (:func:`start_early`).
     The child runs in its own process group, which holds the terminal while it runs; SIGINT and
     SIGTERM to rlperf reach that group (see :class:`_Stopper`)."""
-    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
-             "--parent", str(os.getpid())]
-    child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
-    child += ["--cprofile-whole", repr(options.cprofile_whole)]
-    read_end, write_end = os.pipe() if reported is not None else (None, None)
-    child += ["--done-fd", str(write_end)] if write_end is not None else []
-    child += [*child_args, "--", *target.target]
-    root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    if pyspy is not None:
-        child = pyspy_command(pyspy[0], pyspy[1], child, native=pyspy[2])
-        env.update(pyspy_env())
-    pipe = pyspy is not None  # py-spy talks on stdout: its lines are kept back
-    output = subprocess.PIPE if pipe else subprocess.DEVNULL if silent else sys.stderr if quiet_stdout else None
-    try:
-        proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
-                                process_group=0, pass_fds=() if write_end is None else (write_end,))
-    except BaseException:
-        if read_end is not None:
-            os.close(read_end)
-        raise
-    finally:
-        if write_end is not None:
-            os.close(write_end)  # the child's now: its end (or its death) ends the pipe
+    proc, read_end = spawned or _spawn(target, report, options, quiet_stdout, pyspy, child_args, silent,
+                                       pipe=reported is not None)
     stopper = _Stopper(proc)
     if started is not None:
         started()
     spy_lines: list[str] = []
     reader = None
-    if pipe:
+    if pyspy is not None:  # py-spy talks on stdout: its lines are kept back
         reader = threading.Thread(target=_pass_through, args=(proc, sys.stderr if quiet_stdout else sys.stdout, spy_lines),
                                   daemon=True)
         reader.start()
@@ -268,6 +251,126 @@ def run_script_child(target: ScriptTarget, report: Path, options: ProfileOptions
     if reader is not None:
         reader.join(timeout=5)
     return ChildEnd(returncode, stopper.signum, spy_lines)
+
+
+def _spawn(target: ScriptTarget, report: Path, options: ProfileOptions, quiet_stdout: bool,
+           pyspy: tuple[str, Path, bool] | None, child_args: Sequence[str], silent: bool,
+           pipe: bool) -> tuple[subprocess.Popen[bytes], int | None]:
+    """Start the script's child (see :func:`run_script_child`); returns it and the read end of its
+    pipe (``pipe``: the child says on it when its report is written)."""
+    child = [target.python, *target.flags, "-m", "rlperf.instruments.child", "--report", str(report),
+             "--parent", str(os.getpid())]
+    child += ([] if options.cprofile else ["--no-cprofile"]) + (["--torch"] if options.torch else [])
+    child += ["--cprofile-whole", repr(options.cprofile_whole)]
+    read_end, write_end = os.pipe() if pipe else (None, None)
+    child += ["--done-fd", str(write_end)] if write_end is not None else []
+    child += [*child_args, "--", *target.target]
+    root = str(Path(__file__).resolve().parents[2])  # so that the script's python imports this rlperf
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    if pyspy is not None:
+        child = pyspy_command(pyspy[0], pyspy[1], child, native=pyspy[2])
+        env.update(pyspy_env())
+    output = (subprocess.PIPE if pyspy is not None else subprocess.DEVNULL if silent else sys.stderr if quiet_stdout
+              else None)  # py-spy talks on stdout: its lines are kept back
+    try:
+        proc = subprocess.Popen(child, env=env, stdout=output, stderr=subprocess.DEVNULL if silent else None,
+                                process_group=0, pass_fds=() if write_end is None else (write_end,))
+    except BaseException:
+        if read_end is not None:
+            os.close(read_end)
+        raise
+    finally:
+        if write_end is not None:
+            os.close(write_end)  # the child's now: its end (or its death) ends the pipe
+    return proc, read_end
+
+
+@dataclass
+class _Early:
+    """A script's child started before the command line was parsed (:func:`start_early`)."""
+
+    key: tuple[Any, ...]
+    scratch: tempfile.TemporaryDirectory[str]
+    proc: subprocess.Popen[bytes]
+    read_end: int | None
+
+
+_EARLY: _Early | None = None
+_EARLY_FLAGS = {"--json", "--quiet", "-q", "--plot", "--no-plot"}
+
+
+def start_early(args: Sequence[str]) -> None:
+    """``rlperf profile [--out DIR] [--json] [--quiet] [--no-plot] -- python SCRIPT [ARGS]`` (the
+    command's arguments, ``args``): start the script's child now, before the command line is imported
+    and parsed (Typer's imports and its parse take a tenth of a second), with what the command will
+    start it with, after the same checks (a script that is not there, an ``--out`` that cannot be
+    written: nothing starts, and the command says why). Any other option, and the command starts the
+    child itself. The command adopts this one (:func:`_profile_into`); one it did not adopt is stopped
+    (:func:`discard_early`)."""
+    global _EARLY
+    if "--" not in args:
+        return
+    cut = list(args).index("--")
+    options, command = list(args[:cut]), list(args[cut + 1:])
+    out, json_ = "runs", False
+    while options:
+        flag = options.pop(0)
+        if flag == "--out" and options and not options[0].startswith("-"):
+            out = options.pop(0)
+        elif flag in _EARLY_FLAGS:
+            json_ = json_ or flag == "--json"
+        else:
+            return
+    try:
+        target = parse_script_command(command)
+        check_out(Path(out))
+    except (RlperfError, OSError):
+        return
+    scratch = tempfile.TemporaryDirectory(prefix="rlperf-script-")
+    try:
+        proc, read_end = _spawn(target, Path(scratch.name) / "child.json", ProfileOptions(), json_, None, (), False,
+                                pipe=True)
+    except OSError:  # the command starts it again, and says why it cannot
+        scratch.cleanup()
+        return
+    except BaseException:
+        scratch.cleanup()
+        raise
+    _EARLY = _Early(_early_key(target, ProfileOptions(), json_, None), scratch, proc, read_end)
+
+
+def _early_key(target: ScriptTarget, options: ProfileOptions, quiet_stdout: bool, pyspy_path: str | None) -> tuple:
+    return (target.python, tuple(target.flags), tuple(target.target), options.cprofile, options.torch,
+            options.cprofile_whole, quiet_stdout, pyspy_path)
+
+
+def _adopt_early(target: ScriptTarget, options: ProfileOptions, quiet_stdout: bool,
+                 pyspy_path: str | None) -> _Early | None:
+    """The child :func:`start_early` started, when it is this command's."""
+    global _EARLY
+    early = _EARLY
+    if early is None or early.key != _early_key(target, options, quiet_stdout, pyspy_path):
+        return None
+    _EARLY = None
+    return early
+
+
+def discard_early() -> None:
+    """Stop a child :func:`start_early` started that no command adopted (the command failed before
+    it ran the script): as a second stop signal would, then for good after :data:`GRACE_S`."""
+    global _EARLY
+    early, _EARLY = _EARLY, None
+    if early is None:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(early.proc.pid, signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            early.proc.wait(timeout=GRACE_S)
+            break
+    if early.read_end is not None:
+        os.close(early.read_end)
+    early.scratch.cleanup()
 
 
 def _pass_through(proc: subprocess.Popen[bytes], out: Any, spy_lines: list[str]) -> None:
@@ -361,12 +464,13 @@ def _profile_into(run_dir: Path, target: ScriptTarget, options: ProfileOptions, 
             if ready is not None:
                 ready(built["record"])
 
-    with tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
+    early = _adopt_early(target, options, quiet_stdout, pyspy_path)
+    with early.scratch if early is not None else tempfile.TemporaryDirectory(prefix="rlperf-script-") as scratch:
         report = Path(scratch) / "child.json"
         recording = Path(scratch) / "pyspy.speedscope.json"
         end = run_script_child(target, report, options, quiet_stdout,
                                (pyspy_path, recording, native) if pyspy_path else None, started=prepare,
-                               reported=reported)
+                               reported=reported, spawned=(early.proc, early.read_end) if early else None)
         if not report.is_file():
             raise RlperfError(f"{target.command[0]} could not start the profiled child (exit code "
                               f"{_exit_code(end.returncode)}; is rlperf importable by it?)",

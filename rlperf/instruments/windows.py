@@ -1,9 +1,9 @@
 """cProfile in windows, for a script's long runs: exact over the first :data:`WHOLE_S` seconds, then on
-for about a fifth of the time, in short windows at random moments; one table for the whole run.
+for about a tenth of the time, in short windows at random moments; one table for the whole run.
 
 cProfile slows a Python-heavy loop 1.2-2.5x (0.2-0.6 µs on every call). A run's first seconds hold
 its start-up and the first steps of its loop, profiled whole; after them the loop repeats itself, and
-windows of it, scaled to the time between them, tell the same story at a fifth of the cost.
+windows of it, scaled to the time between them, tell the same story at a tenth of the cost.
 
 Imports are not the loop's work, and cProfile slows them most (torch's optimizer imports
 ``torch._dynamo`` at its first step: 0.7 s alone, 1.1 s profiled). An import of an installed package or
@@ -52,12 +52,13 @@ from typing import Any
 Key = tuple[str, int, str]
 Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
 
-WHOLE_S = 2.0
-"""Seconds from the script's start profiled whole (imports left out): its start-up and first steps
-exact, the rest in windows (``rlperf profile --cprofile-whole inf``: all of it exact). On
-the corpus of BENCHMARKS.md the advisor reads the windowed tables as it reads whole ones (every
-planted bottleneck named first, no finding on a clean loop) at a lower overhead."""
-ON_S = 0.1
+WHOLE_S = 0.5
+"""Seconds of the script's work profiled whole before the windows (imports left out: they do not
+count): its start-up and first steps exact, the rest in windows (``rlperf profile --cprofile-whole
+inf``: all of it exact). On the corpus of BENCHMARKS.md the advisor reads the windowed tables as it
+reads whole ones (every planted bottleneck named first, no finding on a clean loop) whether the
+first 2, 0.5 or 0.2 s are whole; each second whole costs a Python-heavy loop up to another second."""
+ON_S = 0.05
 """Seconds of one window after the first :data:`WHOLE_S` (short and many: a window that falls on
 something rare weighs little)."""
 OFF_S = 0.4
