@@ -251,3 +251,27 @@ def test_a_windows_calls_without_a_caller_go_to_that_windows_stack() -> None:
     table = profiler.table(0.0, calls_by_name=lambda frame, name: frame in calls_tensor and name in ("tensor", ""))
     callers = table[tensor][4]
     assert callers[sample][0] == 5 and callers[MAIN][0] == 50
+
+
+def test_the_call_index_agrees_with_the_walk_of_each_function() -> None:
+    # the windows ask "does this frame's source call NAME?" for every call recorded without a caller:
+    # the index built once per function must answer as call_lines' walk of the function does
+    import ast
+    from pathlib import Path
+
+    from rlperf.instruments.sources import Sources
+
+    files = sorted((Path(__file__).parent / "foreign").rglob("*.py"))
+    assert len(files) >= 20
+    walked, indexed, asked = Sources(), Sources(), 0
+    for file in files:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+        names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+                       | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})[:80]
+        keys = [(str(file), 0, "<module>")] + [(str(file), f.lineno, f.name) for f in ast.walk(tree)
+                                              if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for key in keys:
+            for name in names:
+                assert indexed.calls_by_name(key, name) == bool(walked.call_lines(key, [name])), (key, name)
+                asked += 1
+    assert asked > 5000

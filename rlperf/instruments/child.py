@@ -309,7 +309,7 @@ def _calls_by_name(roots: list[str]) -> Any:
     from rlperf.instruments.profilers import user_code
 
     own, sources = user_code(roots), Sources()
-    return lambda key, name: own(key[0]) and (not name or bool(sources.call_lines(key, [name])))
+    return lambda key, name: own(key[0]) and (not name or sources.calls_by_name(key, name))
 
 
 def main(argv: list[str] | None = None) -> None:

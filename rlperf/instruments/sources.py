@@ -33,6 +33,7 @@ class Sources:
     def __init__(self) -> None:
         self.trees: dict[str, ast.Module | None] = {}
         self.texts: dict[str, str] = {}
+        self.indexes: dict[Key, tuple[frozenset[str], list[tuple[frozenset[str], frozenset[str]]]] | None] = {}
 
     def tree(self, file: str) -> ast.Module | None:
         if file not in self.trees:
@@ -88,6 +89,54 @@ class Sources:
                 return self.call_lines(key, aliases, tried | wanted, receivers)
         # The most deeply looped call first: the loop's step is the innermost loop.
         return [line for _, _, line in sorted(found, key=lambda t: (t[0], -t[1], t[2]))]
+
+    def calls_by_name(self, key: Key, name: str) -> bool:
+        """Whether ``key``'s function calls ``name`` (``bool(call_lines(key, [name]))``, read from an
+        index of the names it calls, built once per function: the windows ask it for every call
+        recorded without a caller, in every window)."""
+        if key[2].startswith("<") and key[2] != "<module>":
+            return True
+        index = self._call_index(key)
+        if index is None:
+            return False
+        called, assigned = index
+        wanted, tried = {name}, set()
+        while wanted:
+            if wanted & called:
+                return True
+            tried |= wanted
+            wanted = {t for targets, values in assigned if values & wanted for t in targets} - tried
+        return False
+
+    def _call_index(self, key: Key) -> tuple[frozenset[str], list[tuple[frozenset[str], frozenset[str]]]] | None:
+        """The names ``key``'s function calls (as :meth:`call_lines` walks it), and its assignments:
+        (the names bound, the names read)."""
+        cache = self.indexes
+        if key in cache:
+            return cache[key]
+        node = self.function(key)
+        if node is None:
+            cache[key] = None
+            return None
+        called: set[str] = set()
+
+        def visit(n: ast.AST) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
+                    continue
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    if name is not None:
+                        called.add(name)
+                visit(child)
+
+        visit(node)
+        assigned = [(frozenset(t for target in a.targets for t in _assigned_names(target)),
+                     frozenset(v.id for v in ast.walk(a.value) if isinstance(v, ast.Name)))
+                    for a in ast.walk(node) if isinstance(a, ast.Assign)]
+        cache[key] = (frozenset(called), assigned)
+        return cache[key]
 
     def bound_to(self, file: str, cls: str) -> frozenset[str]:
         """The names in ``file`` bound to an instance of class ``cls``: ``rb = ReplayBuffer(...)``,
