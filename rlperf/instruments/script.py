@@ -626,10 +626,12 @@ def _script_profile_section(child: dict[str, Any], record: dict[str, Any], optio
 
 
 def _launcher(label: str) -> bool:
-    """Frames that are not the script's work: the child's and runpy's and exec above all of it, and
-    imports (a lazy import inside the loop is start-up, counted apart by the advisor too)."""
+    """Frames that are not the script's work: the child's and runpy's and exec above all of it, the
+    forward hooks' wrapper of ``nn.Module.__call__`` (the module's own call is listed), and imports
+    (a lazy import inside the loop is start-up, counted apart by the advisor too)."""
+    label = label.replace(os.sep, "/")
     return (label.startswith(("<frozen runpy>", "<frozen importlib")) or label == "<built-in method builtins.exec>"
-            or "rlperf/instruments/child.py:" in label.replace(os.sep, "/"))
+            or "rlperf/instruments/child.py:" in label or "rlperf/instruments/evidence.py:" in label)
 
 
 def _script_calls(prof: Path, target: ScriptTarget) -> CallStats:
