@@ -27,6 +27,26 @@ def _assigned_names(target: ast.AST) -> list[str]:
     return []
 
 
+def _calls(node: ast.AST) -> list[tuple[ast.Call, str | None, int]]:
+    """The calls in a function's body (or a module's, its functions' bodies included): each with the
+    name it calls (``name(...)``, ``x.name(...)``) and how many loops it is nested in; not the bodies
+    of functions, classes and lambdas defined inside a function."""
+    out: list[tuple[ast.Call, str | None, int]] = []
+
+    def visit(n: ast.AST, depth: int) -> None:
+        for child in ast.iter_child_nodes(n):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
+                continue
+            if isinstance(child, ast.Call):
+                f = child.func
+                out.append((child, f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None,
+                            depth))
+            visit(child, depth + isinstance(child, _LOOPS))
+
+    visit(node, 0)
+    return out
+
+
 class Sources:
     """Your files parsed once: the function a cProfile key names, and the lines of calls inside it."""
 
@@ -67,20 +87,11 @@ class Sources:
             return []
         wanted = set(names)
         found: list[tuple[bool, int, int]] = []  # (on another receiver, loop depth, line)
-
-        def visit(n: ast.AST, depth: int) -> None:
-            for child in ast.iter_child_nodes(n):
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
-                    continue
-                if isinstance(child, ast.Call):
-                    f = child.func
-                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-                    if name in wanted:
-                        on = _assigned_names(f.value) if isinstance(f, ast.Attribute) else []
-                        found.append((bool(receivers) and not set(on) & receivers, depth, child.lineno))
-                visit(child, depth + isinstance(child, _LOOPS))
-
-        visit(node, 0)
+        for call, name, depth in _calls(node):
+            if name in wanted:
+                f = call.func
+                on = _assigned_names(f.value) if isinstance(f, ast.Attribute) else []
+                found.append((bool(receivers) and not set(on) & receivers, depth, call.lineno))
         if not found:  # called under another name: ``step = fast_step if fixed else slow_step``
             aliases = {target for a in ast.walk(node) if isinstance(a, ast.Assign)
                        and any(isinstance(v, ast.Name) and v.id in wanted for v in ast.walk(a.value))
@@ -118,20 +129,7 @@ class Sources:
         if node is None:
             cache[key] = None
             return None
-        called: set[str] = set()
-
-        def visit(n: ast.AST) -> None:
-            for child in ast.iter_child_nodes(n):
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and n is not node:
-                    continue
-                if isinstance(child, ast.Call):
-                    f = child.func
-                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-                    if name is not None:
-                        called.add(name)
-                visit(child)
-
-        visit(node)
+        called = {name for _, name, _ in _calls(node) if name is not None}
         assigned = [(frozenset(t for target in a.targets for t in _assigned_names(target)),
                      frozenset(v.id for v in ast.walk(a.value) if isinstance(v, ast.Name)))
                     for a in ast.walk(node) if isinstance(a, ast.Assign)]
