@@ -526,6 +526,23 @@ def test_rlperf_reads_the_report_while_the_scripts_process_is_still_ending(tmp_p
     assert ended - seen["at"] >= 1.0  # type: ignore[operator]  # read before the atexit sleep ended
 
 
+@pytest.mark.parametrize(("at_exit", "code", "how"), [
+    ("atexit.register(os._exit, 3)", 3, "ended with exit code 3 after its profile was written"),
+    ("atexit.register(os.kill, os.getpid(), signal.SIGSEGV)", 139, "killed by SIGSEGV after its profile was written"),
+], ids=["os._exit", "SIGSEGV"])
+def test_a_process_that_ends_otherwise_than_its_report_says_exits_with_its_own_code(tmp_path: Path, at_exit: str,
+                                                                                  code: int, how: str) -> None:
+    # the report is written when the script is over, and the record built while its process ends:
+    # an atexit handler or a crash in the teardown after that decides the exit code, as without rlperf
+    script = tmp_path / "late.py"
+    script.write_text(f"import atexit, os, signal\n{at_exit}\nprint('done')\n")
+    proc = profile(tmp_path, "--no-plot", "--", "python", str(script))
+    assert proc.returncode == code, proc.stderr[-2000:]
+    record = record_of(tmp_path)
+    assert record["exit_code"] == code and record["status"] == "failed"
+    assert record["script"]["ended"].startswith(how)
+
+
 def test_a_child_killed_before_its_report_never_says_it_is_done(tmp_path: Path) -> None:
     from rlperf.instruments.profilers import ProfileOptions
     from rlperf.instruments.script import parse_script_command, run_script_child

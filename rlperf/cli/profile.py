@@ -239,13 +239,13 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         raise RlperfError(f"{ignored[0]} applies to rlperf's own loop, not to a script",
                           hint="set your script's options after --")
     target = parse_script_command(script)
-    drawn: dict[int, Path | None] = {}
+    drawn: list[tuple[dict[str, Any], Path | None]] = []  # (the record it was drawn from, the figure)
 
     def ready(record: dict[str, Any]) -> None:  # while the script's process ends: its figure, off the critical path
         if run.plot and not verify:
             from rlperf.cli.figures import draw_run
 
-            drawn[id(record)] = draw_run(record, quiet=True)
+            drawn.append((record, draw_run(record, quiet=True)))
 
     result = profile_script(target, out=run.out, name=run.name, options=options, py_spy=py_spy, native=native,
                             quiet_stdout=run.json_, command=list(sys.argv), meanwhile=lambda: _import_meanwhile(run.plot),
@@ -263,8 +263,8 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
     if run.plot:
         from rlperf.cli.figures import announce, draw_run
 
-        if id(result.record) in drawn:  # drawn from this very record while the script's process ended
-            announce(drawn[id(result.record)], run.quiet)
+        if drawn and drawn[0][0] is result.record:  # drawn from this very record while the script's process ended
+            announce(drawn[0][1], run.quiet)
         else:
             draw_run(result.record, quiet=run.quiet)
     raise typer.Exit(result.exit_code)

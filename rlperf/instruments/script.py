@@ -569,15 +569,23 @@ def _child_end(child: dict[str, Any], end: ChildEnd) -> dict[str, Any]:
     """The child's report with how it really ended. A report still ``running`` is from a child that
     ended without a word (SIGKILL, a segfault, a C-level exit): its exit code and signal are the
     process's own, and the phase timings are its last snapshot. A stop signal to rlperf makes the
-    exit code 128 + that signal (130, 143), unless the script failed with a code of its own."""
+    exit code 128 + that signal (130, 143), unless the script failed with a code of its own. A process
+    that ended otherwise than its report said (an atexit handler's ``os._exit(3)``, a crash in the
+    interpreter's teardown) exits with the process's own code, and the record says so."""
     child = dict(child)
     killed_by = signal_name(-end.returncode) if end.returncode < 0 else None
+    how = f"killed by {killed_by}" if killed_by else f"ended with exit code {end.returncode}"
     if child["status"] == "running":
         child["exit_code"] = _exit_code(end.returncode)
         child["status"] = ("interrupted" if end.signum is not None else
                            "completed" if end.returncode == 0 else "failed")
-        child["ended"] = (f"killed by {killed_by}" if killed_by else f"ended with exit code {end.returncode}") + (
-            " before it could write its profile; the phase timings are its last snapshot")
+        child["ended"] = how + " before it could write its profile; the phase timings are its last snapshot"
+    elif end.signum is None and end.returncode != int(child["exit_code"]) & 0xFF:
+        said = child["exit_code"]
+        child["exit_code"] = _exit_code(end.returncode)
+        child["status"] = "completed" if end.returncode == 0 else "failed"
+        child["ended"] = (f"{how} after its profile was written (the script had ended with exit code {said}; "
+                          "an atexit handler or the interpreter's teardown)")
     if end.signum is not None and (child["status"] != "failed" or killed_by):
         child["exit_code"], child["status"] = 128 + end.signum, "interrupted"
     child["signal"] = killed_by
