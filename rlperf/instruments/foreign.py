@@ -120,13 +120,25 @@ class ScriptProfile:
         for file, line, function, _inner, inclusive in (samples or {}).get("lines") or []:
             self.line_samples[(file, function)][int(line)] = int(inclusive)
 
+    def _main_module(self, run_by: Key) -> Key | None:
+        """The script's own top level among the modules ``run_by`` (exec) ran: the longest."""
+        ran = [k for k in self.raw if k[2] == "<module>" and run_by in self.raw[k][4]]
+        return max(ran, key=self.cumtime, default=None)
+
     def imported_only(self, key: Key) -> bool:
         """Whether every call of ``key`` came from a module's top level run by an import (time the
         script's total leaves out with the imports)."""
         def imported(module: Key) -> bool:  # importlib runs a module's top level through exec
             callers = self.raw.get(module, (0, 0, 0, 0, {}))[4]
-            return any("importlib" in c[0] or ("exec" in c[2] and any(
-                "importlib" in cc[0] for cc in self.raw.get(c, (0, 0, 0, 0, {}))[4])) for c in callers)
+            if any("importlib" in c[0] for c in callers):
+                return True
+            for c in (c for c in callers if "exec" in c[2]):
+                runs = self.raw.get(c, (0, 0, 0, 0, {}))[4]  # who called exec: importlib, runpy (the script)
+                if any("importlib" in cc[0] for cc in runs):
+                    # exec ran the script (runpy) and imported modules both: the script's top level is
+                    # the module of the longest run among those exec ran
+                    return not (any("runpy" in cc[0] for cc in runs) and module == self._main_module(c))
+            return False
 
         callers = self.raw[key][4] if key in self.raw else {}
         return bool(callers) and all(c[2] == "<module>" and imported(c) for c in callers)
