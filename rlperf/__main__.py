@@ -7,6 +7,12 @@ from __future__ import annotations
 import os
 import sys
 
+if __name__ == "__main__" and not sys.flags.safe_path and sys.path and sys.path[0] in (os.getcwd(), ""):
+    # python -m put the working directory first on sys.path: a file there named like a module of the
+    # standard library (profile.py, csv.py) would be imported, and run, for the one rlperf uses. rlperf
+    # itself is imported already; its own modules are found through its package.
+    del sys.path[0]
+
 
 def main() -> None:
     """Run the ``rlperf`` command line as this process's command."""

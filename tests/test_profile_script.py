@@ -115,6 +115,68 @@ def test_python_dash_m_runs_a_module(tmp_path: Path) -> None:
     assert "module argv ['--lr', '3']" in proc.stdout
 
 
+SHADOWED_LOOP = """
+import rlperf
+
+timer = rlperf.PhaseTimer("cpu")
+total = 0
+for t in range(2000):
+    with timer.phase("step"):
+        total += sum(i * i for i in range(50))
+    timer.step_done()
+print("total", total)
+"""
+
+
+def _shadow_the_standard_library(folder: Path, env: dict[str, str]) -> None:
+    """A file in ``folder`` for every module of the standard library the loop above does not import
+    under plain python: importing one says so on stderr and fails as a missing module would."""
+    used = subprocess.run([sys.executable, "-c", "import sys\n" + SHADOWED_LOOP + "print(*sys.modules)"],
+                          capture_output=True, text=True, env=env, check=True).stdout.split()
+    roots = {name.split(".")[0] for name in used}
+    for name in sorted(sys.stdlib_module_names - roots - set(sys.builtin_module_names)):
+        if not name.startswith("_"):
+            (folder / f"{name}.py").write_text(
+                f"import sys\nsys.stderr.write('SHADOWED {name}\\n')\nraise ModuleNotFoundError('{name}')\n")
+
+
+@pytest.mark.parametrize("form", ["script", "module"])
+def test_files_named_like_the_standard_library_are_the_scripts_own_not_rlperfs(tmp_path: Path, form: str) -> None:
+    # profile.py, csv.py, trace.py beside a script (and in the working directory) are the script's: python
+    # SCRIPT never imports them unless the script does, and rlperf (whose profile needs cProfile, pstats,
+    # tracemalloc...) must not pick them up for its own, nor run them
+    folder = tmp_path / "project"
+    (folder / "loop").mkdir(parents=True)
+    (folder / "loop" / "__init__.py").write_text("")
+    (folder / "loop" / "train.py").write_text(SHADOWED_LOOP)
+    (folder / "train.py").write_text(SHADOWED_LOOP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    _shadow_the_standard_library(folder, env)
+    target = ["train.py"] if form == "script" else ["-m", "loop.train"]
+    alone = subprocess.run([sys.executable, *target], capture_output=True, text=True, env=env, cwd=folder, timeout=120)
+    assert alone.returncode == 0 and "total" in alone.stdout, alone.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path / "runs"), "--", "python",
+                           *target], capture_output=True, text=True, env=env, cwd=folder, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shadowed = {line for line in proc.stderr.splitlines() if line.startswith("SHADOWED")}
+    assert shadowed <= {line for line in alone.stderr.splitlines() if line.startswith("SHADOWED")}, shadowed
+    assert "total" in proc.stdout and "your loop's phases" in proc.stdout
+    record = record_of(tmp_path / "runs")
+    assert record["status"] == "completed" and record["profile"]["cprofile"]["top"]
+
+
+def test_the_working_directory_is_not_on_a_scripts_path_elsewhere(tmp_path: Path) -> None:
+    # python sub/train.py puts sub/ first on sys.path, not the working directory: a module beside the
+    # working directory is not importable by the script, under rlperf as without it
+    (tmp_path / "helper.py").write_text("VALUE = 1\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "train.py").write_text("import helper\nprint(helper.VALUE)\n")
+    alone = subprocess.run([sys.executable, "sub/train.py"], capture_output=True, text=True, cwd=tmp_path)
+    proc = profile(tmp_path, "--", "python", "sub/train.py")
+    assert alone.returncode == proc.returncode == 1
+    assert "No module named 'helper'" in alone.stderr and "No module named 'helper'" in proc.stderr
+
+
 def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)\n")

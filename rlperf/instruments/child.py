@@ -32,16 +32,24 @@ Nothing here imports torch unless ``--torch`` asks for it or the script imports 
 
 from __future__ import annotations
 
+import os
+import sys
+
+# python -m put the working directory first on sys.path: a file of yours there named like a module of
+# the standard library (profile.py, csv.py) would be imported for the one rlperf uses. python SCRIPT
+# puts no such entry; the script's own (its folder, or the working directory for -m) is put first
+# just before it starts, once rlperf has imported what it needs (see _OWN_MODULES).
+if not sys.flags.safe_path and sys.path and sys.path[0] in (os.getcwd(), ""):
+    del sys.path[0]
+
 import argparse
 import contextlib
 import faulthandler
 import json
-import os
 import platform
 import runpy
 import signal
 import stat
-import sys
 import threading
 import time
 import traceback
@@ -80,16 +88,28 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
-def _prepare_target(target: list[str]) -> tuple[str, str]:
-    """Set ``sys.argv`` and ``sys.path`` as ``python`` would; returns (kind, name): ("script", path) or ("module", name)."""
+def _prepare_target(target: list[str]) -> tuple[str, str, str]:
+    """Set ``sys.argv`` as ``python`` would; returns (kind, name, folder): ("script", path) or ("module",
+    name), and the folder ``python`` puts first on ``sys.path`` (see :func:`_own_modules_first`)."""
     if target[0] == "-m":
         sys.argv = [target[1], *target[2:]]  # runpy.run_module(alter_sys=True) puts the module's path in argv[0]
-        sys.path.insert(0, os.getcwd())
-        return "module", target[1]
+        return "module", target[1], os.getcwd()
     script = target[0]
     sys.argv = [script, *target[1:]]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    return "script", script
+    return "script", script, os.path.dirname(os.path.abspath(script))
+
+
+def _own_modules_first(args: argparse.Namespace) -> None:
+    """Import what rlperf uses from here to the end before the script's folder is first on ``sys.path``:
+    a file of the script's named like one of them (profile.py, csv.py) is the script's, not rlperf's,
+    as it would be under ``python SCRIPT`` (which imports none of them)."""
+    import ast  # noqa: F401  (the sources of your code, read at the end)
+    import importlib.util  # noqa: F401
+    import pkgutil  # noqa: F401  (runpy imports it to start the script: a pause of cProfile for nothing)
+
+    from rlperf.instruments import profilers, sources, windows  # noqa: F401
+    if args.apply:
+        from rlperf.instruments import fixes  # noqa: F401
 
 
 class _TorchWindow:
@@ -314,7 +334,7 @@ def _calls_by_name(roots: list[str]) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     args, target = parse(list(sys.argv[1:] if argv is None else argv))
-    kind, name = _prepare_target(target)
+    kind, name, folder = _prepare_target(target)
     session = _Session(Path(args.report))
     if args.done_fd is not None:
         with contextlib.suppress(OSError):  # not passed down to us (a wrapper closed it): rlperf waits for the exit
@@ -325,8 +345,10 @@ def main(argv: list[str] | None = None) -> None:
     session.snapshots()
     if args.parent is not None:
         session.watch_parent(args.parent)
+    session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None  # imports torch
+    _own_modules_first(args)
+    sys.path.insert(0, folder)
     session.preimported = preimport(kind, name)
-    import pkgutil  # noqa: F401  (runpy imports it to start the script: a pause of cProfile for nothing)
     if args.apply:
         from rlperf.instruments.fixes import apply
 
@@ -342,7 +364,6 @@ def main(argv: list[str] | None = None) -> None:
         from rlperf.instruments.profilers import user_code
 
         session.profiler = WindowedProfiler(whole_s=args.cprofile_whole, own=user_code(session.roots))
-    session.window = _TorchWindow(session.report.with_suffix(".trace.json")) if args.torch else None
     faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
     exit_now = os._exit
 
