@@ -10,10 +10,10 @@ arguments a shell passes for those globs, through the command's own entry point,
 kinds of trial, alternated so that the machine's state falls on both:
 
 - **identical**: the same config on both sides. A verdict of "fail" is a false alarm (target ≤ 5%).
-- **planted**: the candidate's every vector step is followed by ``plant / (1 − plant)`` of the step's
-  own CPU time in more CPU work (a spin on the thread's CPU clock), so on a machine it has to itself
-  its throughput is ``(1 − plant)`` × the baseline's: a ``plant`` (15%) slowdown made of work, as a
-  regression in the code would be. A "fail" is a detection (target ≥ 90%).
+- **planted**: the candidate's every vector step is followed by ``plant`` × the step's own CPU time
+  in more CPU work (a spin on the thread's CPU clock), so on a machine it has to itself it takes
+  ``(1 + plant)`` × the baseline's time per env step: a ``plant`` (15%) slowdown made of work, as a
+  regression in the code would be (the gate's reading of "15% slower"). A "fail" is a detection (target ≥ 90%).
 
 Reported: the false-alarm and detection rates with their Clopper–Pearson 95% intervals, the
 estimated slowdowns, and the wall time per verdict. ``--quick`` runs 2 trials of each kind on
@@ -44,9 +44,9 @@ from rlperf.run.lifecycle import RunHooks, train_run
 
 
 def planting(fraction: float) -> Any:
-    """A compare runner that adds ``fraction / (1 - fraction)`` more CPU work to each of the candidate's
-    vector steps: ``1 - fraction`` of the baseline's throughput on a machine it has to itself."""
-    extra = fraction / (1 - fraction)
+    """A compare runner that adds ``fraction`` × each of the candidate's vector steps' CPU time in more
+    CPU work: ``1 + fraction`` times the baseline's time per step on a machine it has to itself."""
+    extra = fraction
 
     def runner(label: str, cfg: Any, **kwargs: Any) -> Any:
         if label != "candidate":

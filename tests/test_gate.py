@@ -67,12 +67,12 @@ def test_the_exact_u_distribution() -> None:
     assert gate.shift_interval(x, y) == (7.0, 13.0)  # differences 6..14: 6, 7, 7 | ... | 13, 13, 14
 
 
-@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.5%", 0.005), ("12.5 %", 0.125), ("0%", 0.0)])
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.5%", 0.005), ("12.5 %", 0.125), ("0%", 0.0), ("100%", 1.0)])
 def test_thresholds_parse(text: str, value: float) -> None:
     assert gate.parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["abc", "-5%", "100%", "1.5", "", "0.05", "5", "0.5"])
+@pytest.mark.parametrize("text", ["abc", "-5%", "1001%", "1.5", "", "0.05", "5", "0.5"])
 def test_bad_thresholds_are_refused(text: str) -> None:
     with pytest.raises(RlperfError):
         gate.parse_threshold(text)
@@ -80,8 +80,8 @@ def test_bad_thresholds_are_refused(text: str) -> None:
 
 def test_verdicts() -> None:
     base = [100.0, 102, 98, 101, 99]
-    # 20% slower throughput, separated from the baseline: beyond 5% and the noise.
-    slow = [b / 0.8 for b in (101.0, 99, 100, 103, 97)]
+    # 20% slower (1.2 times the time per env step), separated from the baseline: beyond 5% and the noise.
+    slow = [b * 1.2 for b in (101.0, 99, 100, 103, 97)]
     v = gate.verdict(base, slow, 0.05)
     assert v["verdict"] == "fail" and v["exit_code"] == 1 and v["p_value"] < 0.05
     assert v["slowdown"] == pytest.approx(0.2, abs=0.02) and v["ci95"][0] > 0.05
@@ -98,6 +98,17 @@ def test_verdicts() -> None:
         gate.verdict(base[:3], slow[:3], 0.05)
 
 
+def test_slower_means_more_time_per_env_step() -> None:
+    # "20% slower" is 1.2 times the baseline's time per env step (pytest-benchmark's and asv's reading),
+    # not 0.8 times its throughput (1.25 times the time): a clean 21% slowdown fails a 20% gate, 19% passes
+    base = [100.0, 100.2, 99.8, 100.1, 99.9, 100.0, 100.1]
+    for factor, expected in ((1.21, "fail"), (1.19, "pass"), (1.23, "fail")):
+        v = gate.verdict(base, [b * factor for b in base], 0.20)
+        assert v["verdict"] == expected and v["slowdown"] == pytest.approx(factor - 1, abs=0.003), (factor, v)
+        assert v["ci95"][0] <= factor - 1 <= v["ci95"][1]
+    assert "1.0% faster" in gate.verdict(base, [b * 0.99 for b in base], 0.05)["reason"]
+
+
 # -- the command, on records ----------------------------------------------------------------------
 
 
@@ -111,7 +122,7 @@ def test_records_slower_beyond_threshold_and_noise_exit_1_with_a_json_verdict(tm
     assert code == 1, err
     v = json.loads(out)  # one JSON document: the verdict
     assert v["kind"] == "gate" and v["verdict"] == "fail" and v["exit_code"] == 1 and v["metric"] == "step-p25"
-    assert v["n"] == [5, 5] and v["p_value"] < 0.05 and 0.18 < v["slowdown"] < 0.22 and v["threshold"] == 0.05
+    assert v["n"] == [5, 5] and v["p_value"] < 0.05 and 0.22 < v["slowdown"] < 0.28 and v["threshold"] == 0.05
     assert "Mann–Whitney" in v["test"] and len(v["baseline"]["samples_s_per_env_step"]) == 5
     assert v["comparison"]["baseline"] == "baseline"
     # Records: nothing ran; the only thing written is the verdict's figure.
@@ -123,6 +134,24 @@ def test_records_slower_beyond_threshold_and_noise_exit_1_with_a_json_verdict(tm
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
     assert "gate: PASS" in out and "within the 30.0% threshold" in out and "env steps/s" in out
+
+
+def test_a_folder_of_runs_is_its_runs(tmp_path: Path, capsys) -> None:
+    # a CI artifact downloaded to baseline/ and candidate/, each holding its run directories: the folders
+    # themselves are the sides (as rlperf train's runs/ folder is), and a 21% slowdown fails
+    for i, us in enumerate((100, 102, 98, 101, 99)):
+        write_record(tmp_path / "baseline", f"b{i}", us)
+    for i, us in enumerate((121, 123, 119, 122, 120)):
+        write_record(tmp_path / "candidate", f"c{i}", us)
+    (tmp_path / "candidate" / "notes.txt").write_text("not a run")
+    code, out, err = run_cli(["compare", str(tmp_path / "baseline"), "--candidate", str(tmp_path / "candidate"),
+                              "--fail-if-slower", "5%", "--json", "--out", str(tmp_path / "runs")], capsys)
+    assert code == 1, err
+    v = json.loads(out)
+    assert v["verdict"] == "fail" and v["n"] == [5, 5] and 0.18 < v["slowdown"] < 0.24
+    # side by side (no gate) a folder of runs is no run: the error says what it holds and how to pass them
+    code, out, err = run_cli(["compare", str(tmp_path / "baseline"), str(tmp_path / "candidate")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "holds 5 runs" in err and "baseline/*/" in err, err
 
 
 def test_external_records_are_gated_too(tmp_path: Path, capsys) -> None:

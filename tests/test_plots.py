@@ -167,7 +167,7 @@ def test_gate_draws_both_sides_threshold_and_verdict(late_run: Path, early_run: 
     runs = [line for line in points.get_lines() if line.get_marker() == "o"]
     assert sorted(len(line.get_ydata()) for line in runs) == [4, 4]
     threshold = [line for line in points.get_lines() if line.get_linestyle() == "--"]
-    assert threshold[0].get_ydata()[0] == pytest.approx(1e6 * float(np.median(b)) / 0.95)  # the baseline's median
+    assert threshold[0].get_ydata()[0] == pytest.approx(1e6 * float(np.median(b)) * 1.05)  # the baseline's median
     assert fig.texts[0].get_text().startswith(f"gate: {result['verdict'].upper()}")
     assert f"gate: {result['verdict'].upper()} — " in out  # the verdict the command printed is the one drawn
 

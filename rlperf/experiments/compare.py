@@ -418,15 +418,26 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
         if (path / CHECKPOINT_NAME).is_file():  # killed between its final checkpoint and its record
             raise RlperfError(f"{arg} has no {RECORD_NAME} yet",
                               hint=f"a run killed before its record was written gets it from rlperf train --resume {arg}")
+        inside = runs_in(path)
         raise RlperfError(
-            f"{arg} is not a run directory (no {RECORD_NAME})",
-            hint="pass a directory written by rlperf train, or a .toml config",
+            f"{arg} is not a run directory (no {RECORD_NAME})" + (f"; it holds {len(inside)} runs" if inside else ""),
+            hint=(f"pass them ({Path(arg) / '*'}/), or the folder itself as a side of the gate (--fail-if-slower)"
+                  if inside else "pass a directory written by rlperf train, or a .toml config"),
         )
     file = path / RECORD_NAME if path.is_dir() else path
     record = read_record(file)
     check_comparable_record(record, file)
     return Source(str(record.get("name") or (path.name if path.is_dir() else path.parent.name)), arg, record=record,
                   file=file)
+
+
+def runs_in(folder: Path) -> list[Path]:
+    """The run directories directly inside ``folder`` (a ``runs/`` folder, a CI artifact of runs), sorted:
+    those with a record, and those killed before it (which say so when read)."""
+    with contextlib.suppress(OSError):
+        return sorted(p for p in folder.iterdir()
+                      if p.is_dir() and ((p / RECORD_NAME).is_file() or (p / CHECKPOINT_NAME).is_file()))
+    return []
 
 
 _RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")

@@ -455,9 +455,9 @@ def _gate_panel(ax: Axes, gate: Mapping[str, Any], samples: tuple[Sequence[float
         offsets = [0.15 * ((k % 5) - 2) / 2 for k in range(len(side))]
         ax.plot([i + o for o in offsets], side, marker="o", linestyle="none", color=color, alpha=0.8)
     if baseline:
-        line = _median(baseline) / (1 - gate["threshold"])
+        line = _median(baseline) * (1 + gate["threshold"])
         ax.axhline(line, color="black", linestyle="--", linewidth=1,
-                   label=f"baseline median / (1 − {100 * gate['threshold']:g}%)")
+                   label=f"baseline median × (1 + {100 * gate['threshold']:g}%)")
         ax.legend(loc="best", fontsize="small")
     ax.set_xticks([0, 1], ["baseline", "candidate"])
     ax.set_xlim(-0.6, 1.6)
