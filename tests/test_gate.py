@@ -149,6 +149,14 @@ def test_a_folder_of_runs_is_its_runs(tmp_path: Path, capsys) -> None:
     assert code == 1, err
     v = json.loads(out)
     assert v["verdict"] == "fail" and v["n"] == [5, 5] and 0.18 < v["slowdown"] < 0.24
+    # records saved as files of their own (json.dump(timer.record(), ...)) are runs of the folder too
+    for i, run in enumerate(sorted((tmp_path / "candidate").glob("c*"))):
+        (tmp_path / "candidate" / f"c{i}.json").write_text((run / "run.json").read_text())
+        (run / "run.json").unlink()
+        run.rmdir()
+    code, out, err = run_cli(["compare", str(tmp_path / "baseline"), "--candidate", str(tmp_path / "candidate"),
+                              "--fail-if-slower", "5%", "--json", "--out", str(tmp_path / "runs")], capsys)
+    assert code == 1 and json.loads(out)["n"] == [5, 5], err
     # side by side (no gate) a folder of runs is no run: the error says what it holds and how to pass them
     code, out, err = run_cli(["compare", str(tmp_path / "baseline"), str(tmp_path / "candidate")], capsys)
     assert code == 2 and err.count("\n") == 1 and "holds 5 runs" in err and "baseline/*/" in err, err

@@ -432,11 +432,13 @@ def source_from(arg: str, make_config: Callable[[str], Config]) -> Source:
 
 
 def runs_in(folder: Path) -> list[Path]:
-    """The run directories directly inside ``folder`` (a ``runs/`` folder, a CI artifact of runs), sorted:
-    those with a record, and those killed before it (which say so when read)."""
+    """The runs directly inside ``folder`` (a ``runs/`` folder, a CI artifact of runs), sorted: run
+    directories with a record, those killed before it (which say so when read), and records saved
+    as ``.json`` files of their own (``json.dump(timer.record(), ...)``; each is checked when read)."""
     with contextlib.suppress(OSError):
         return sorted(p for p in folder.iterdir()
-                      if p.is_dir() and ((p / RECORD_NAME).is_file() or (p / CHECKPOINT_NAME).is_file()))
+                      if (p.is_dir() and ((p / RECORD_NAME).is_file() or (p / CHECKPOINT_NAME).is_file()))
+                      or (p.suffix == ".json" and p.is_file()))
     return []
 
 
