@@ -577,6 +577,30 @@ def test_the_loops_iterations_from_counts_a_few_percent_apart(tmp_path: Path) ->
     assert count == 1240 and "3 functions it calls ran about 1,240 times each" in basis
 
 
+def test_the_loops_iterations_are_read_from_the_calls_its_source_makes(tmp_path: Path) -> None:
+    """Stitched from windows, a loop's function is also given calls made deep below it (torch.compile
+    tracing a graph: a few calls each of many functions): the counts of what its source calls win."""
+    import pstats
+
+    from rlperf.instruments.foreign import ScriptProfile
+    from rlperf.instruments.profilers import CallStats, dump_table
+    from rlperf.instruments.script import loop_iterations
+
+    mine = tmp_path / "train.py"
+    mine.write_text("def main():\n    for t in range(3000):\n        obs = act(t)\n        advance(obs)\n"
+                    "        learn(obs)\n\nmain()\n")
+    module, main = (str(mine), 7, "<module>"), (str(mine), 1, "main")
+    table: dict = {module: (1, 1, 0.01, 10.0, {}), main: (1, 1, 1.0, 9.9, {module: (1, 1, 1.0, 9.9)})}
+    for line, (name, n) in enumerate((("act", 2950), ("advance", 2990), ("learn", 3010)), start=20):
+        table[(str(mine), line, name)] = (n, n, 1.0, 1.5, {main: (n, n, 1.0, 1.5)})
+    for line, name in enumerate(("step", "inserting_before", "get_compiler", "wait", "resolve", "_fn"), start=100):
+        table[("/site/torch/_dynamo/x.py", line, name)] = (2, 2, 0.01, 0.01, {main: (2, 2, 0.01, 0.01)})
+    dump_table(table, tmp_path / "profile.prof")
+    calls = CallStats(pstats.Stats(str(tmp_path / "profile.prof")), own=lambda file: file == str(mine))
+    count, basis = loop_iterations(ScriptProfile(calls))
+    assert count == 2990 and "3 functions it calls ran about 2,990 times each" in basis, basis
+
+
 @pytest.mark.parametrize("windowed", [False, True])
 def test_a_ratio_of_estimated_counts_must_clear_its_threshold_by_a_margin(tmp_path: Path, windowed: bool) -> None:
     """4.1 updates per env step is over the rule's 4 when counted exactly, and inside the windows'
