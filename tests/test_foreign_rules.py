@@ -377,42 +377,32 @@ def test_a_function_called_under_another_name_is_found_at_its_call(tmp_path: Pat
     check_first(*advise(tmp_path, body), "reward_shaping")
 
 
-def test_a_helper_whose_one_library_call_holds_the_loop_is_a_hot_spot(tmp_path: Path) -> None:
-    body = """
-    def spread(points):
-        return float(np.linalg.svd(points, compute_uv=False).sum())
+HOT_HELPER = """
+def spread(points):
+    return float(np.linalg.svd(points, compute_uv=False).sum())
 
-    points = np.random.default_rng(0).standard_normal((300, 300))
-    env = Env()
-    for t in range(60):
-        env.step(None)
-        spread(points)  # planted
-    """
-    f = check_first(*advise(tmp_path, body), "hot_spot")
-    assert "your function spread" in f.evidence
+points = np.random.default_rng(0).standard_normal((300, 300))
+env = Env()
+for t in range(60):
+    env.step(None)
+    spread(points)  # planted
+"""
 
 
-def test_the_scripts_own_top_level_is_not_taken_for_an_import(tmp_path: Path, monkeypatch) -> None:
-    # a module imported while the script runs makes importlib a caller of exec, as runpy is for the
-    # script itself: the script's top level (the longest module exec ran) is still no import
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    name = f"fresh_{uuid.uuid4().hex}"
-    (lib / f"{name}.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(lib))
-    body = f"""
-    import {name}
-
-    def spread(points):
-        return float(np.linalg.svd(points, compute_uv=False).sum())
-
-    points = np.random.default_rng(0).standard_normal((300, 300))
-    env = Env()
-    for t in range(60):
-        env.step(None)
-        spread(points)  # planted
-    """
-    f = check_first(*advise(tmp_path, body), "hot_spot")
+@pytest.mark.parametrize("own_module", [False, True], ids=["alone", "importing-a-module-of-its-own"])
+def test_a_helper_whose_one_library_call_holds_the_loop_is_a_hot_spot(tmp_path: Path, monkeypatch,
+                                                                       own_module: bool) -> None:
+    # a module of the script's own imported while it runs makes importlib a caller of exec, as runpy
+    # is for the script itself: the script's top level (the longest module exec ran) is still no import
+    head = ""
+    if own_module:
+        lib = tmp_path / "lib"
+        lib.mkdir()
+        name = f"fresh_{uuid.uuid4().hex}"
+        (lib / f"{name}.py").write_text("VALUE = 1\n")
+        monkeypatch.syspath_prepend(str(lib))
+        head = f"import {name}\n"
+    f = check_first(*advise(tmp_path, head + HOT_HELPER), "hot_spot")
     assert "your function spread" in f.evidence
 
 

@@ -225,6 +225,20 @@ def test_a_forked_child_exiting_after_rlperf_prints_nothing(tmp_path: Path) -> N
     assert record_of(tmp_path)["exit_code"] == 0
 
 
+def test_a_fork_of_a_script_with_a_multiprocessing_child_ends_as_it_would_alone(tmp_path: Path) -> None:
+    # rlperf joins the script's multiprocessing children before writing its profile (python does at
+    # exit): from the script's own process only -- a fork of it cannot join them
+    script = tmp_path / "forks_mp.py"
+    script.write_text("import multiprocessing as mp, os, time\n"
+                      "if __name__ == '__main__':\n"
+                      "    p = mp.Process(target=time.sleep, args=(0.3,))\n    p.start()\n"
+                      "    if os.fork() == 0:\n        print('fork continues', flush=True)\n"
+                      "    else:\n        os.wait()\n        p.join()\n        print('parent done', flush=True)\n")
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 0 and "parent done" in proc.stdout and "fork continues" in proc.stdout, proc.stderr
+    assert "rlperf/instruments" not in proc.stderr, proc.stderr
+
+
 def test_python_dash_m_a_module_that_closes_stdout(tmp_path: Path) -> None:
     (tmp_path / "data.json").write_text('{"a": [1, 2]}')
     proc = profile(tmp_path, "--", "python", "-m", "json.tool", "data.json")

@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         if session.profiler is not None:
             stack.enter_context(session.profiler.running())
         session.loop_started = perf_counter()
-        code, ended = _run(kind, name)
+        code, ended = _run(kind, name, session.pid)
         session.loop_s = perf_counter() - session.loop_started
     session.finish(code, ended)
     with contextlib.suppress(ValueError, OSError):  # the script may have closed stdout (python -m json.tool does)
@@ -408,9 +408,10 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-def _run(kind: str, name: str) -> tuple[int, str]:
-    """Run the script as python would, and wait for its non-daemon threads as python does at exit;
-    returns its exit code and status (completed, failed, interrupted)."""
+def _run(kind: str, name: str, pid: int) -> tuple[int, str]:
+    """Run the script as python would, and wait for its non-daemon threads (and, in the script's own
+    process ``pid``, not a fork of it, its multiprocessing children) as python does at exit; returns
+    its exit code and status (completed, failed, interrupted)."""
     try:
         if kind == "module":
             runpy.run_module(name, run_name="__main__", alter_sys=True)
@@ -419,9 +420,9 @@ def _run(kind: str, name: str) -> tuple[int, str]:
         for thread in threading.enumerate():
             if thread is not threading.current_thread() and not thread.daemon:
                 thread.join()
-        if "multiprocessing" in sys.modules:  # python joins them at exit too (multiprocessing's atexit): their
-            for process in sys.modules["multiprocessing"].active_children():  # timers are written by then
-                if not process.daemon:
+        if "multiprocessing" in sys.modules and os.getpid() == pid:  # python joins them at exit too
+            for process in sys.modules["multiprocessing"].active_children():  # (multiprocessing's atexit):
+                if not process.daemon:  # their timers are written by then
                     process.join()
     except SystemExit as exc:
         code = _exit_code(exc.code)

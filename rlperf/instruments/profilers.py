@@ -323,7 +323,8 @@ class GcMonitor:
             yield
         finally:
             self.wall_s = perf_counter() - started
-            gc.callbacks.remove(self._callback)
+            with contextlib.suppress(ValueError):  # taken out already in a fork of the script (rlperf.instruments.child)
+                gc.callbacks.remove(self._callback)
 
     def to_dict(self) -> dict[str, Any]:
         # A snapshot taken while the script runs: a collection during the sort would add to the triggers.
