@@ -34,7 +34,7 @@ from time import perf_counter
 from typing import Any
 
 from rlperf import timers
-from rlperf.errors import ConfigError, DeviceError
+from rlperf.errors import ConfigError, DeviceError, RlperfError
 
 MAX_NUM_ENVS = 1 << 30
 """The most envs one ``step_done()`` may stand for in a record (a billion boards is past any machine)."""
@@ -91,12 +91,11 @@ def _write_process_timers(folder: str, pid: int) -> None:
                if t.steps or any(s.calls for s in t.stats().values())]
     if records:
         import contextlib
-        import json
 
-        with contextlib.suppress(OSError):  # rlperf gone, its folder with it: nobody to read them
-            tmp = Path(folder) / f".timers-{pid}.tmp"
-            tmp.write_text(json.dumps(records, default=str), encoding="utf-8")
-            tmp.replace(Path(folder) / f"timers-{pid}.json")
+        from rlperf.atomic import write_json_atomic
+
+        with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
+            write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
 
 
 def subprocess_timers(folder: Path) -> list[dict[str, Any]]:

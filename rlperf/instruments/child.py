@@ -38,7 +38,7 @@ import sys
 # python -m put the working directory first on sys.path: a file of yours there named like a module of
 # the standard library (profile.py, csv.py) would be imported for the one rlperf uses. python SCRIPT
 # puts no such entry; the script's own (its folder, or the working directory for -m) is put first
-# just before it starts, once rlperf has imported what it needs (see _OWN_MODULES).
+# just before it starts, once rlperf has imported what it needs (see _own_modules_first).
 if not sys.flags.safe_path and sys.path and sys.path[0] in (os.getcwd(), ""):
     del sys.path[0]
 

@@ -155,15 +155,8 @@ class WindowedProfiler:
         """In a process forked from the script's (a multiprocessing worker): the profile is the script's
         process's, and the fork would run on under the cProfile it inherited (a loop several times
         slower than alone), resuming it after each import: all of it off there."""
-        if self.state == "done":
-            return
-        for profile in (self.current, self.first):
-            if profile is not None:
-                profile.disable()
-        self.state = "done"
-        self._unwrap_imports()
-        if self.windowing and signal.getsignal(signal.SIGALRM) == self._tick:
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        if self.state != "done":
+            self.stop()
 
     def _close(self, now: float, frame: Any) -> None:
         seconds = now - self.since
