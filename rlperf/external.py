@@ -34,7 +34,7 @@ from time import perf_counter
 from typing import Any
 
 from rlperf import timers
-from rlperf.errors import ConfigError, DeviceError
+from rlperf.errors import ConfigError, DeviceError, RlperfError
 
 MAX_NUM_ENVS = 1 << 30
 """The most envs one ``step_done()`` may stand for in a record (a billion boards is past any machine)."""
@@ -48,6 +48,66 @@ torch; a test keeps the two equal)."""
 # _on_step is called after every step_done().
 _collected: list[PhaseTimer] | None = None
 _on_step: Callable[[PhaseTimer], None] | None = None
+_collected_pid: int | None = None  # the script's own process (a fork of it has the list too)
+
+SUBPROCESS_TIMERS_ENV = "RLPERF_SUBPROCESS_TIMERS"
+"""Set by ``rlperf profile -- python ...`` to a folder: a process the script starts (multiprocessing,
+forked or spawned, or another python) that makes a timer writes its timers there as
+``timers-PID.json`` when it ends, for the profile's phase table."""
+
+_process_timers: tuple[int, list[PhaseTimer]] | None = None  # (pid, timers) of such a process
+
+
+def _keep(timer: PhaseTimer) -> None:
+    """Keep a new timer for ``rlperf profile``: the script's own, or one of a process it started."""
+    global _process_timers
+    pid = os.getpid()
+    if _collected is not None and pid == _collected_pid:
+        _collected.append(timer)
+        return
+    folder = os.environ.get(SUBPROCESS_TIMERS_ENV)
+    if not folder:
+        return
+    if _process_timers is None or _process_timers[0] != pid:
+        _process_timers = (pid, [])
+        write = lambda: _write_process_timers(folder, pid)  # noqa: E731
+        import atexit
+
+        atexit.register(write)
+        if "multiprocessing" in sys.modules:  # a multiprocessing.Process ends with os._exit: its finalizers run
+            from multiprocessing import util
+
+            util.Finalize(None, write, exitpriority=0)
+    _process_timers[1].append(timer)
+
+
+def _write_process_timers(folder: str, pid: int) -> None:
+    """This process's timers that timed something, into ``folder``, once (atexit or multiprocessing's end)."""
+    global _process_timers
+    if _process_timers is None or _process_timers[0] != pid or os.getpid() != pid:
+        return
+    timers, _process_timers = _process_timers[1], (pid, [])
+    records = [dict(external_record(t), process=pid) for t in timers
+               if t.steps or any(s.calls for s in t.stats().values())]
+    if records:
+        import contextlib
+
+        from rlperf.atomic import write_json_atomic
+
+        with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
+            write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
+
+
+def subprocess_timers(folder: Path) -> list[dict[str, Any]]:
+    """The records the script's subprocesses wrote into ``folder`` (see :data:`SUBPROCESS_TIMERS_ENV`)."""
+    import contextlib
+    import json
+
+    out: list[dict[str, Any]] = []
+    for file in sorted(folder.glob("timers-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out += [r for r in json.loads(file.read_text(encoding="utf-8")) if isinstance(r, dict)]
+    return out
 
 
 class _ThreadPhase:
@@ -166,8 +226,7 @@ class PhaseTimer(timers.PhaseTimer):
         self.num_envs = 1
         """The envs one ``step_done()`` steps, as last given to :meth:`record` or :meth:`save`."""
         self._summed: dict[str, list[float]] = {}  # phase -> [measured samples summed, warm-up ones, seconds]
-        if _collected is not None:
-            _collected.append(self)
+        _keep(self)
 
     def _add_phase(self, name: str) -> None:
         super()._add_phase(name)

@@ -177,6 +177,45 @@ def test_the_working_directory_is_not_on_a_scripts_path_elsewhere(tmp_path: Path
     assert "No module named 'helper'" in alone.stderr and "No module named 'helper'" in proc.stderr
 
 
+WORKER = """
+import builtins, multiprocessing as mp, sys
+import rlperf
+
+def actor(n):
+    print("worker profiled:", sys.getprofile() is not None, "imports wrapped:",
+          getattr(builtins.__import__, "__module__", "builtins") != "builtins", flush=True)
+    timer = rlperf.PhaseTimer("cpu")
+    for t in range(n):
+        with timer.phase("act"):
+            sum(i * i for i in range(500))
+        timer.step_done()
+
+if __name__ == "__main__":
+    mp.set_start_method("{method}")
+    p = mp.Process(target=actor, args=(300,))
+    p.start()
+    p.join()
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_phase_timer_in_a_worker_process_gives_the_phase_table_and_the_worker_runs_unprofiled(
+        tmp_path: Path, method: str) -> None:
+    # the loop of an actor process (multiprocessing) with rlperf.PhaseTimer: its phases are the table
+    # (the profile said "the script does not use rlperf.PhaseTimer"), and a forked worker does not run on
+    # under the cProfile and import hooks it inherited (its loop ran 3-4 times slower than alone)
+    script = tmp_path / "actors.py"
+    script.write_text(WORKER.replace("{method}", method))
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "worker profiled: False imports wrapped: False" in proc.stdout
+    assert "your loop's phases" in proc.stdout and "act" in proc.stdout
+    assert "which the script started" in " ".join(proc.stdout.split())
+    record = record_of(tmp_path)
+    assert record["timing"]["measured_steps"] + record["timing"]["warmup_steps"] == 300
+    assert isinstance(record["script"]["phase_timer_process"], int) and set(record["phases"]) == {"act"}
+
+
 def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)\n")

@@ -45,6 +45,7 @@ if not sys.flags.safe_path and sys.path and sys.path[0] in (os.getcwd(), ""):
 import argparse
 import contextlib
 import faulthandler
+import gc
 import json
 import platform
 import runpy
@@ -203,12 +204,27 @@ class _Session:
         self.roots: list[str] = []  # where your code lives
         self.done_fd: int | None = None  # rlperf's pipe: a byte once FILE is written
         self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
+        self.subprocess_timers: Path | None = None
         try:  # numpy missing: the script cannot make a PhaseTimer either, and its profile goes on without
             from rlperf import external
         except ImportError:
             return
         external._collected = self.timers
+        external._collected_pid = self.pid
         external._on_step = self.on_step
+        self.subprocess_timers = report.parent / "subprocess-timers"  # the timers of processes the script starts
+        with contextlib.suppress(OSError):
+            self.subprocess_timers.mkdir(exist_ok=True)
+            os.environ[external.SUBPROCESS_TIMERS_ENV] = str(self.subprocess_timers)
+
+    def forked(self) -> None:
+        """In a process the script forks: its instruments off (they measure the script's process)."""
+        if os.getpid() == self.pid:
+            return
+        if self.profiler is not None:
+            self.profiler.forked()
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self.gc_monitor._callback)
 
     def on_step(self, timer: Any) -> None:
         """After each of the script's ``step_done()`` calls: the torch window."""
@@ -295,7 +311,9 @@ class _Session:
             "system": (external.light_system_info(timers[0].device if timers else "cpu") if external is not None
                        else {"python": platform.python_version(), "platform": platform.platform(), "device": "cpu"}),
             "torch_imported": torch is not None,
-            "timers": [external.external_record(t, status=ended) for t in timers] if external is not None else [],
+            "timers": ([external.external_record(t, status=ended) for t in timers] if external is not None else [])
+            + (external.subprocess_timers(self.subprocess_timers)
+               if external is not None and self.subprocess_timers is not None and ended != "running" else []),
             "loadavg_1m": os.getloadavg()[0],
             "preimported": self.preimported,
         }
@@ -364,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
         from rlperf.instruments.profilers import user_code
 
         session.profiler = WindowedProfiler(whole_s=args.cprofile_whole, own=user_code(session.roots))
+    os.register_at_fork(after_in_child=session.forked)
     faulthandler.enable()  # a segfault shows where it happened, as python -X faulthandler does
     exit_now = os._exit
 
@@ -381,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         if session.profiler is not None:
             stack.enter_context(session.profiler.running())
         session.loop_started = perf_counter()
-        code, ended = _run(kind, name)
+        code, ended = _run(kind, name, session.pid)
         session.loop_s = perf_counter() - session.loop_started
     session.finish(code, ended)
     with contextlib.suppress(ValueError, OSError):  # the script may have closed stdout (python -m json.tool does)
@@ -389,9 +408,10 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-def _run(kind: str, name: str) -> tuple[int, str]:
-    """Run the script as python would, and wait for its non-daemon threads as python does at exit;
-    returns its exit code and status (completed, failed, interrupted)."""
+def _run(kind: str, name: str, pid: int) -> tuple[int, str]:
+    """Run the script as python would, and wait for its non-daemon threads (and, in the script's own
+    process ``pid``, not a fork of it, its multiprocessing children) as python does at exit; returns
+    its exit code and status (completed, failed, interrupted)."""
     try:
         if kind == "module":
             runpy.run_module(name, run_name="__main__", alter_sys=True)
@@ -400,6 +420,10 @@ def _run(kind: str, name: str) -> tuple[int, str]:
         for thread in threading.enumerate():
             if thread is not threading.current_thread() and not thread.daemon:
                 thread.join()
+        if "multiprocessing" in sys.modules and os.getpid() == pid:  # python joins them at exit too
+            for process in sys.modules["multiprocessing"].active_children():  # (multiprocessing's atexit):
+                if not process.daemon:  # their timers are written by then
+                    process.join()
     except SystemExit as exc:
         code = _exit_code(exc.code)
         return code, "completed" if code == 0 else "failed"

@@ -611,10 +611,12 @@ def _script_record(child: dict[str, Any], target: ScriptTarget, run_dir: Path, s
         "schema": 1, "kind": "external", "config": None, "phases": {},
         "totals": {"wall_s": child["wall_s"]}, "memory": {},
     }
+    process = record.pop("process", None)  # the timer of a process the script started (rlperf.external)
     record.update(name=run_dir.name, run_dir=str(run_dir), status=child["status"], exit_code=child["exit_code"],
                   command=list(command or sys.argv), started_at=started, system=child["system"],
                   script={"command": target.command, "argv": child["argv"], "cwd": os.getcwd(), "wall_s": child["wall_s"],
-                          "phase_timers": len(timers), "signal": child["signal"], "ended": child.get("ended")},
+                          "phase_timers": len(timers), "phase_timer_process": process, "signal": child["signal"],
+                          "ended": child.get("ended")},
                   files={"record": "run.json"})
     return record
 

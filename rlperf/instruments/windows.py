@@ -151,6 +151,13 @@ class WindowedProfiler:
         self._close(now, None)
         self.state = "done"
 
+    def forked(self) -> None:
+        """In a process forked from the script's (a multiprocessing worker): the profile is the script's
+        process's, and the fork would run on under the cProfile it inherited (a loop several times
+        slower than alone), resuming it after each import: all of it off there."""
+        if self.state != "done":
+            self.stop()
+
     def _close(self, now: float, frame: Any) -> None:
         seconds = now - self.since
         if self.state in self.timed:

@@ -227,6 +227,11 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
                       f"{timing['measured_wall_s']:.2f} s: {record['throughput']['steps_per_s']:,.1f} steps/s, median step "
                       f"{step.get('p50_ms', 0.0):.3g} ms" + (f" (rlperf.PhaseTimer: {script['phase_timers']} timers, the "
                       f"busiest shown)" if script["phase_timers"] > 1 else ""), highlight=False, markup=False)
+        if script.get("phase_timer_process"):
+            console.print(f"these phases are timed in process {script['phase_timer_process']}, which the script started; "
+                          "cProfile, the GC figures and the advisor below see the script's main process only: profile "
+                          "the worker's loop on its own (or run py-spy record --subprocesses) to see inside it",
+                          highlight=False, soft_wrap=True, markup=False)
     else:
         console.print(f"no phase timings: the script does not use rlperf.PhaseTimer; three lines give you the phase "
                       f"table: {PHASE_API_HINT}", highlight=False, soft_wrap=True, markup=False)
