@@ -71,8 +71,10 @@ def test_metrics_csv_has_the_phases_of_each_interval(late_run: Path) -> None:
     before = [float(r["train_share"]) for r in rows if int(r["env_steps"]) < LATE_START]
     after = [float(r["train_share"]) for r in rows if int(r["env_steps"]) > LATE_START + 64]
     assert before and after
-    # One interval of a loaded machine can lose its core in another phase: most intervals, not all.
-    assert max(before) < 0.05 and float(np.median(after)) > 0.15, (before, after)
+    # An interval here is ~0.5 ms: one preemption or GC pause of a loaded machine can land in any phase of one
+    # interval (CI saw a 0.14 train share once before learning_starts) -- most intervals, not all, on both sides.
+    assert sum(share >= 0.05 for share in before) <= 1 and float(np.median(before)) < 0.02, (before, after)
+    assert float(np.median(after)) > 0.15, (before, after)
     assert sum(share > 0.05 for share in after) >= 0.9 * len(after), (before, after)
 
 
@@ -86,7 +88,8 @@ def test_record_keeps_the_series_that_redraws_the_run(late_run: Path) -> None:
     assert [r["updates"] for r in rows if r["env_steps"] < LATE_START] == [0] * 12
     assert rows[-1]["updates"] == record["totals"]["updates"] and "mean_score_100" in rows[-1]
     train = [r["phase_s"]["train"] / sum(r["phase_s"].values()) for r in rows]
-    assert max(train[:12]) < 0.05 and sum(share > 0.05 for share in train[14:]) >= 0.9 * len(train[14:])
+    assert sum(share >= 0.05 for share in train[:12]) <= 1 and float(np.median(train[:12])) < 0.02, train
+    assert sum(share > 0.05 for share in train[14:]) >= 0.9 * len(train[14:]), train
 
 
 def test_run_png_is_drawn_from_the_run_files(late_run: Path) -> None:
