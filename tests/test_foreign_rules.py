@@ -55,6 +55,7 @@ def advise(tmp_path: Path, body: str) -> tuple[list[Finding], float, int]:
     monitor, profiler = GcMonitor(), cProfile.Profile()
     sampler = evidence.LineSampler(own, threading.get_ident())
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the record below says: two threads on a loaded 2-core box make the torch part 20x slower
     try:
         with monitor.running():
             sampler.start()
