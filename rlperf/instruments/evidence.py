@@ -336,22 +336,30 @@ class LineSampler:
         self.inner: dict[tuple[str, int, str], int] = {}
         self.inclusive: dict[tuple[str, int, str], int] = {}
         self.samples = 0
-        self.stopped = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        import threading
-
-        threading.Thread(target=self._run, name="rlperf-line-sampler", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="rlperf-line-sampler", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
-        self.stopped = True
+        """Stop sampling, and wait for the sampler's thread to end: a thread of ours still running at
+        the interpreter's teardown may free the script's tensors there, and torch, releasing the GIL
+        to free one, then ends the process with SIGABRT ("terminate called without an active
+        exception")."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
-        while not self.stopped:
-            time.sleep(SAMPLE_S)
+        while not self._stop.wait(SAMPLE_S):
             frame = sys._current_frames().get(self.thread_id)
             if frame is not None:
                 self.sample(frame)
+            # Not held across the wait: the frames of a function the script has left since would be
+            # freed here, in this thread, with the script's tensors in them.
+            frame = None
 
     def sample(self, frame: Any) -> None:
         seen: set[tuple[str, int, str]] = set()

@@ -43,7 +43,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
@@ -101,6 +100,7 @@ class WindowedProfiler:
         self._stack: list[Any] = []  # the frames running when the current part opened, outermost first
         self._alive: set[int] = set()  # those of them last seen running (rlperf-stack-watch)
         self._watcher: threading.Thread | None = None
+        self._done = threading.Event()  # set at stop: the watcher ends without waiting out its sleep
         self.windowing = False
         self.rng = random.Random(0)
         self._recorded: tuple[Table, list[Table], list[Table]] | None = None
@@ -150,6 +150,9 @@ class WindowedProfiler:
                 signal.signal(signal.SIGALRM, signal.SIG_DFL)
         self._close(now, None)
         self.state = "done"
+        self._done.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=1.0)  # see LineSampler.stop: nothing of ours runs at the teardown
 
     def forked(self) -> None:
         """In a process forked from the script's (a multiprocessing worker): the profile is the script's
@@ -187,14 +190,14 @@ class WindowedProfiler:
         """Which frames of the current part's stack still run, every :data:`WATCH_S` seconds: at the
         run's end every frame has returned, and one that returned long before (the call that made a
         lazy import) must not be taken for one that ran to the end (the loop)."""
-        while self.state != "done":
-            time.sleep(WATCH_S)
+        while not self._done.wait(WATCH_S):
             stack = self._stack
             frame = sys._current_frames().get(self._thread)
             if stack and frame is not None:
                 running = {id(f) for f in _frames(frame)}
                 if stack is self._stack:  # the part did not end meanwhile
                     self._alive = {id(f) for f in stack} & running
+            del stack, frame  # the script's frames are not held across the wait (see LineSampler._run)
 
     def _tick(self, signum: int, frame: Any) -> None:
         if self.state == "import" or (self.state in ("first", "off") and _importing(frame)):
