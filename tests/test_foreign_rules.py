@@ -582,3 +582,44 @@ def test_forwards_with_grad_that_cost_nothing_measurable_are_no_finding(tmp_path
     (tmp_path / "slower").mkdir()
     findings, _, _ = advise(tmp_path / "slower", body)
     assert [f.id for f in findings] == ["autograd_forward"], [(f.id, f.est_saving_s) for f in findings]
+
+
+LOADER_REPLAY = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(20000, 8), torch.randint(0, 2, (20000,)))
+q = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+opt = torch.optim.SGD(q.parameters(), lr=0.01)
+
+def learn(obs, actions):
+    loss = q(obs).gather(1, actions[:, None]).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_dataloader_made_for_every_batch_is_replay_sampling(tmp_path: Path) -> None:
+    """``next(iter(DataLoader(replay, shuffle=True)))`` per update: a fresh iterator, a draw over the whole
+    buffer and an item-by-item read for each batch."""
+    body = LOADER_REPLAY + textwrap.dedent("""
+    def sample(batch):
+        return next(iter(DataLoader(data, batch_size=batch, shuffle=True)))
+
+    for t in range(300):
+        learn(*sample(64))  # planted
+    """)
+    f = check_first(*advise(tmp_path, body), "replay_sampling")
+    assert "DataLoader iterator for every batch" in f.evidence and "300 iterators" in f.evidence
+
+
+def test_an_epoch_over_one_dataloader_is_not_replay_sampling(tmp_path: Path) -> None:
+    body = LOADER_REPLAY + textwrap.dedent("""
+    loader = DataLoader(data, batch_size=64, shuffle=True)
+    for epoch in range(2):
+        for obs, actions in loader:
+            learn(obs, actions)
+    """)
+    findings, total, _ = advise(tmp_path, body)
+    assert total > 0.1 and "replay_sampling" not in [f.id for f in findings], [(f.id, f.evidence) for f in findings]

@@ -769,7 +769,7 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         if best is None or p.cumtime(fn) > p.cumtime(best[0]):
             best = (fn, e.callee)
     if best is None:
-        return None
+        return _loader_per_batch(p)
     fn, draw = best
     cum = p.cumtime(fn)
     return finding(
@@ -779,6 +779,36 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         cum * 0.9,
         f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
         f"about a tenth", where=p.loop_where(fn), command=demo("replay_sampling"))
+
+
+_LOADER = "torch/utils/data/dataloader.py"
+
+
+def _loader_per_batch(p: ScriptProfile) -> Finding | None:
+    """A torch DataLoader iterator made for each batch taken from it (``next(iter(DataLoader(replay,
+    shuffle=True)))`` per update): each batch pays the iterator's set-up and the sampler's draw over
+    the whole dataset, and is read item by item (``__getitem__``) and stacked. An epoch loop over one
+    iterator takes many batches from it and is not this."""
+    iters, nexts = p.keys("__iter__", _LOADER), p.keys("__next__", _LOADER)
+    made, taken = sum(p.calls(k) for k in iters), sum(p.calls(k) for k in nexts)
+    if made < 16 or taken > 2 * made:
+        return None
+    made_at = p.keys("__init__", _LOADER)
+    sites = _by_caller(p.edges([*made_at, *iters, *nexts], depth=2))
+    if not sites:
+        return None
+    fn, edges = max(sites.items(), key=lambda item: _total(item[1])[1])
+    seconds = _total(edges)[1]
+    where = p.where(fn, next((e.callee for e in edges if e.callee in made_at), edges[0].callee))  # the DataLoader(...) line
+    return finding(
+        "replay_sampling",
+        f"{where} makes a DataLoader iterator for every batch it takes ({made:,} iterators, {taken:,} batches): each "
+        f"batch pays the iterator's set-up and a draw over the whole buffer, then is read item by item and stacked; "
+        f"{_share(p, seconds)}",
+        seconds * 0.9,
+        f"the DataLoader calls' measured {seconds_short(seconds)} (cProfile, at {where}) × 0.9: one index draw and one "
+        f"gather per field keep about a tenth", where=where if fn == p.loop_holder() else p.loop_where(fn),
+        command=demo("replay_sampling"))
 
 
 def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
