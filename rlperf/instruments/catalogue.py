@@ -59,7 +59,8 @@ class Finding:
 _ALL = (
     Bottleneck(
         "replay_sampling", "Replay sampling or storage runs in Python",
-        "each sample builds its batch from Python objects (a list of tuples, a comprehension, a copy per field)",
+        "each sample builds its batch from Python objects (a list of tuples, a comprehension, a copy per field, a new "
+        "DataLoader iterator read item by item)",
         "keep the replay in preallocated arrays or tensors (one per field) on the model's device, and sample with "
         "one index draw (torch.randint) and one gather per field",
         "removes the per-sample Python loop and copies (no figure reported)", 2,
