@@ -671,3 +671,43 @@ def test_a_module_running_in_a_worker_thread_hides_none_of_the_main_threads_call
     finally:
         release.set()
         forwards.remove()
+
+
+def _ends_within(pid: int, seconds: float) -> int | None:
+    """The exit status of child ``pid`` if it ends within ``seconds`` (else it is killed: None)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_fork_while_a_snapshot_holds_the_locks_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gymnasium's AsyncVectorEnv forks its workers while the script runs; one forked while the
+    snapshot thread held the session's lock (or a timer's) hung at its os._exit, and the script with
+    it (its close() joins the workers)."""
+    import rlperf
+    from rlperf import external
+    from rlperf.instruments import child
+
+    for name in ("_collected", "_collected_pid", "_on_step"):
+        monkeypatch.setattr(external, name, getattr(external, name))
+    monkeypatch.setenv(external.SUBPROCESS_TIMERS_ENV, "")
+    session = child._Session(tmp_path / "child.json")
+    timer = rlperf.PhaseTimer("cpu")
+    assert session.timers == [timer]
+    with session.lock, timer._lock:  # the snapshot thread, mid-write
+        pid = os.fork()
+        if pid == 0:  # the worker: what the fork hook and multiprocessing's os._exit do
+            session.forked()
+            with timer.phase("step"):
+                pass
+            session.finish(0, "completed")
+            os._exit(7)
+    assert _ends_within(pid, 10.0) == 7
+    assert not (tmp_path / "child.json").exists()  # the fork wrote nothing

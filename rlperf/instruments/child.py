@@ -221,6 +221,12 @@ class _Session:
         """In a process the script forks: its instruments off (they measure the script's process)."""
         if os.getpid() == self.pid:
             return
+        # A lock another thread held at the fork (a snapshot being written) stays held here for good:
+        # the fork's os._exit would wait on ours, its timers on theirs.
+        self.lock = threading.Lock()
+        for timer in self.timers:
+            if hasattr(timer, "_lock"):
+                timer._lock = threading.Lock()
         if self.profiler is not None:
             self.profiler.forked()
         with contextlib.suppress(ValueError):
@@ -253,8 +259,10 @@ class _Session:
 
     def finish(self, code: int, ended: str) -> None:
         """The end, however it came: ``profile.prof`` and FILE, once, from the script's own process."""
+        if os.getpid() != self.pid:  # a fork's os._exit: nothing to write, and not a lock to wait on
+            return
         with self.lock:
-            if self.finished or self.orphaned or os.getpid() != self.pid:
+            if self.finished or self.orphaned:
                 return
             self.finished = True
             with contextlib.suppress(ValueError):  # a signal now would cut the files short (rlperf ends with SIGKILL)
