@@ -5,6 +5,7 @@ rlperf's own stop signals reach it. Each script here is a few lines written to t
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -711,3 +712,22 @@ def test_a_fork_while_a_snapshot_holds_the_locks_ends(tmp_path: Path, monkeypatc
             os._exit(7)
     assert _ends_within(pid, 10.0) == 7
     assert not (tmp_path / "child.json").exists()  # the fork wrote nothing
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_fork_while_the_stack_watcher_waits_ends() -> None:
+    """The same for the windows' stack watcher: forked while it held its event's lock, the fork's
+    profiler must not wait on it to switch itself off."""
+    from rlperf.instruments.windows import WindowedProfiler
+
+    profiler = WindowedProfiler(whole_s=math.inf)
+    profiler.start()
+    try:
+        with profiler._done._cond:  # the watcher, between two looks
+            pid = os.fork()
+            if pid == 0:
+                profiler.forked()
+                os._exit(7)
+    finally:
+        profiler.stop()
+    assert _ends_within(pid, 10.0) == 7

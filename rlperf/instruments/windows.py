@@ -159,6 +159,8 @@ class WindowedProfiler:
         process's, and the fork would run on under the cProfile it inherited (a loop several times
         slower than alone), resuming it after each import: all of it off there."""
         if self.state != "done":
+            # The watcher is not in the fork, and its event's lock may have been held at the fork.
+            self._done, self._watcher = threading.Event(), None
             self.stop()
 
     def _close(self, now: float, frame: Any) -> None:
