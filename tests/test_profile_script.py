@@ -370,6 +370,11 @@ def test_a_child_started_early_that_no_command_adopts_is_stopped(tmp_path: Path,
     script_module.discard_early()
     assert early.proc.poll() is not None and not Path(early.scratch.name).exists()
     assert script_module._EARLY is None
+    script_module.start_early([f"--out={tmp_path / 'runs'}", "--", "python", str(slow)])  # --out=DIR as --out DIR
+    early = script_module._EARLY
+    assert early is not None
+    script_module.discard_early()
+    assert early.proc.poll() is not None and not Path(early.scratch.name).exists()
     script_module.start_early(["--top", "3", "--", "python", str(slow)])  # an option the early start leaves alone
     script_module.start_early(["--", "python", str(tmp_path / "missing.py")])  # the command says why
     assert script_module._EARLY is None

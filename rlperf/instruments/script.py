@@ -317,6 +317,8 @@ def start_early(args: Sequence[str]) -> None:
         flag = options.pop(0)
         if flag == "--out" and options and not options[0].startswith("-"):
             out = options.pop(0)
+        elif flag.startswith("--out=") and len(flag) > len("--out="):
+            out = flag[len("--out="):]
         elif flag in _EARLY_FLAGS:
             json_ = json_ or flag == "--json"
         else:
