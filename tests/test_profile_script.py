@@ -216,6 +216,59 @@ def test_a_phase_timer_in_a_worker_process_gives_the_phase_table_and_the_worker_
     assert isinstance(record["script"]["phase_timer_process"], int) and set(record["phases"]) == {"act"}
 
 
+POOL = """
+import multiprocessing as mp
+import rlperf
+
+def actor(n):
+    timer = rlperf.PhaseTimer("cpu")
+    for t in range(n):
+        with timer.phase("act"):
+            sum(i * i for i in range(500))
+        timer.step_done()
+    return n
+
+if __name__ == "__main__":
+    mp.set_start_method("{method}")
+    with mp.Pool(2) as pool:  # its __exit__ is terminate(): SIGTERM to the workers
+        print("done", sum(pool.map(actor, [300] * 4, chunksize=1)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_pools_workers_ended_by_terminate_keep_their_timers_and_print_nothing(tmp_path: Path,
+                                                                               method: str) -> None:
+    # `with Pool(...)` ends its workers with SIGTERM: a forked worker raised rlperf's own stop in the
+    # script's handler it inherited (a traceback per worker, timers lost); a spawned one died with its
+    # timers unwritten ("the script does not use rlperf.PhaseTimer")
+    script = tmp_path / "pool.py"
+    script.write_text(POOL.replace("{method}", method))
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done 1200" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "your loop's phases" in proc.stdout
+    record = record_of(tmp_path)
+    assert record["timing"]["measured_steps"] == 300 and set(record["phases"]) == {"act"}
+
+
+def test_a_process_with_a_timer_writes_it_on_sigterm_then_ends_by_it(tmp_path: Path) -> None:
+    # a process the script started, SIGTERM's default otherwise: it writes its timers first
+    code = ("import os, signal, time, rlperf\n"
+            "t = rlperf.PhaseTimer('cpu')\n"
+            "for _ in range(5):\n"
+            "    with t.phase('act'):\n"
+            "        time.sleep(0.001)\n"
+            "    t.step_done()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "time.sleep(30)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RLPERF_SUBPROCESS_TIMERS": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM and proc.stderr == ""
+    (written,) = tmp_path.glob("timers-*.json")
+    (record,) = json.loads(written.read_text())
+    assert record["timing"]["measured_steps"] == 5 and set(record["phases"]) == {"act"}
+
+
 def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)\n")
