@@ -6,7 +6,10 @@ from __future__ import annotations
 import builtins
 import importlib
 import math
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -14,7 +17,15 @@ import weakref
 import pytest
 
 from rlperf.instruments.evidence import LineSampler, profiler_cost
-from rlperf.instruments.windows import WindowedProfiler, _called_as, _without_own, merge, stitch
+from rlperf.instruments.windows import (
+    WindowedProfiler,
+    _called_as,
+    _open_schedstat,
+    _run_queue_s,
+    _without_own,
+    merge,
+    stitch,
+)
 
 MAIN = ("train.py", 10, "main")
 STEP = ("env.py", 3, "step")
@@ -132,6 +143,41 @@ def test_a_windowed_run_counts_the_calls_of_a_whole_one(free_alarm: None) -> Non
     by_loop = [v for caller, v in table[key][4].items() if caller[2] == "loop"]
     assert by_loop and by_loop[0][0] == pytest.approx(calls, rel=0.25)  # its caller restored
     assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # the handler is put back
+
+
+def test_time_spent_waiting_for_a_cpu_is_no_work_in_the_scale() -> None:
+    # 0.1 s of windows, 0.8 s between them of which the thread waited 0.4 s for a CPU another process
+    # held: the work between the windows is 4 times theirs, not 8 times
+    profiler = WindowedProfiler()
+    profiler.timed.update(on=0.1, off=0.8)
+    assert profiler.scale({}, 0.0) == pytest.approx(9.0)
+    profiler.waited.update(off=0.4)
+    assert profiler.scale({}, 0.0) == pytest.approx(5.0)
+    profiler.waited.update(on=0.05)  # and a window preempted for half its time did half its work
+    assert profiler.scale({}, 0.0) == pytest.approx(9.0)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"),
+                    reason="needs Linux's per-thread schedstat")
+def test_the_run_queue_wait_is_read_from_the_threads_schedstat() -> None:
+    cpus = os.sched_getaffinity(0)
+    cpu = min(cpus)
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    fd = _open_schedstat()
+    try:
+        os.sched_setaffinity(0, {cpu})  # this thread and the hog on one CPU: each waits for the other
+        time.sleep(0.3)  # the hog is running
+        before, started = _run_queue_s(fd), time.perf_counter()
+        while time.perf_counter() - started < 0.5:
+            pass
+        waited = _run_queue_s(fd) - before
+    finally:
+        os.sched_setaffinity(0, cpus)
+        hog.kill()
+        hog.wait()
+        if fd is not None:
+            os.close(fd)
+    assert 0.1 < waited < 0.6
 
 
 def test_a_script_that_holds_sigalrm_is_profiled_whole(free_alarm: None) -> None:
