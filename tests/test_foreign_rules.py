@@ -231,6 +231,45 @@ def test_one_sample_forwards_are_named_with_a_measured_batch_saving(tmp_path: Pa
     assert "32 per step" in f.evidence and "32 stacked samples" in f.estimate
 
 
+LIBRARY = """
+import torch
+
+def learn(q, env, steps):  # a library's loop: acts on one observation, trains on batches of 64
+    opt = torch.optim.SGD(q.parameters(), lr=1e-3)
+    obs = torch.from_numpy(env.reset())
+    for t in range(steps):
+        with torch.no_grad():
+            action = q(obs[0]).argmax()
+        obs = torch.from_numpy(env.step(action)[0])
+        batch = obs.repeat(4, 1)
+        with torch.no_grad():
+            target = q(batch).max(1).values
+        loss = (q(batch).max(1).values - target).pow(2).mean() + q(batch).mean() * 0
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_one_line_calling_a_library_that_acts_on_one_sample_and_trains_on_batches_is_not_small_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every module call inside model.learn() is the one line's: one fed a single observation per
+    # step (nothing to batch with one env) and three fed batches were all read as one-sample forwards
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "agentlib.py").write_text(textwrap.dedent(LIBRARY))
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    body = """
+    import torch
+    import agentlib
+
+    q = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    agentlib.learn(q, Env(1), 400)
+    """
+    (tmp_path / "proj").mkdir()
+    findings, _, _ = advise(tmp_path / "proj", body)
+    assert not [f for f in findings if f.id == "small_batch"], [(f.id, f.where, f.evidence) for f in findings]
+
+
 def test_polling_sleeps_are_busy_waiting(tmp_path: Path) -> None:
     body = """
     import time

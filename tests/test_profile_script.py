@@ -105,6 +105,20 @@ def test_a_script_without_the_api_gets_a_profile_and_is_told_how_to_get_phases(t
     assert record["status"] == "failed" and record["exit_code"] == 3 and "profile.prof" in os.listdir(record["run_dir"])
 
 
+def test_a_timer_that_only_counts_steps_is_not_called_no_timer(tmp_path: Path) -> None:
+    # a callback's PhaseTimer with step_done() and no phase: "the script does not use
+    # rlperf.PhaseTimer" was false, and its steps are the advisor's
+    script = tmp_path / "steps_only.py"
+    script.write_text("import rlperf\nt = rlperf.PhaseTimer('cpu')\nfor i in range(200):\n"
+                      "    sum(range(1000))\n    t.step_done()\n")
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = " ".join(proc.stdout.split())
+    assert "does not use rlperf.PhaseTimer" not in out
+    assert "the script's rlperf.PhaseTimer timed no phase (200 timer.step_done() calls" in out
+    assert record_of(tmp_path)["script"]["steps"] == {"count": 200, "basis": "timer.step_done() calls"}
+
+
 def test_python_dash_m_runs_a_module(tmp_path: Path) -> None:
     package = tmp_path / "foreignpkg"
     package.mkdir()

@@ -39,21 +39,26 @@ class Site:
     """One line of your code that calls a module."""
 
     __slots__ = ("args", "backward_reached", "batch", "calls", "chain", "file", "function", "grad_calls", "grad_seconds",
-                 "line", "module", "seconds")
+                 "line", "module", "one_calls", "one_seconds", "seconds", "single")
 
     def __init__(self, file: str, line: int, function: str) -> None:
         self.file, self.line, self.function = file, line, function
         self.chain: list[tuple[str, int, str]] = []  # your frames above this line, innermost first
         self.calls = self.grad_calls = self.backward_reached = 0
         self.seconds = self.grad_seconds = 0.0
-        self.batch: int | None = None
+        self.batch: int | None = None  # of the first call
         self.module: Any = None
         self.args: tuple[Any, ...] = ()
+        # the calls fed one sample (a line may call modules on batches and on single samples: a
+        # library's loop called from it), and the first of them, (module, args)
+        self.one_calls, self.one_seconds = 0, 0.0
+        self.single: tuple[Any, tuple[Any, ...]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "calls": self.calls,
                 "grad_calls": self.grad_calls, "backward_reached": self.backward_reached, "seconds": self.seconds,
-                "grad_seconds": self.grad_seconds, "batch": self.batch, "chain": [list(f) for f in self.chain]}
+                "grad_seconds": self.grad_seconds, "batch": self.batch, "one_sample_calls": self.one_calls,
+                "one_sample_seconds": self.one_seconds, "chain": [list(f) for f in self.chain]}
 
 
 class Forwards:
@@ -124,24 +129,29 @@ class Forwards:
             frame = frame.f_back
         return chain
 
-    def _pre(self, module: Any, args: tuple[Any, ...]) -> tuple[Site, float] | None:
+    def _pre(self, module: Any, args: tuple[Any, ...]) -> tuple[Site, float, bool] | None:
         site = self._site()
         if site is None:
             return None
+        first: Any = args[0] if args else None
+        ndim = getattr(first, "ndim", 0)
+        batch = int(first.shape[0]) if ndim >= 2 else 1 if ndim == 1 else None
         if site.module is None:
-            site.module, site.args = module, args
-            first: Any = args[0] if args else None
-            ndim = getattr(first, "ndim", 0)
-            site.batch = int(first.shape[0]) if ndim >= 2 else 1 if ndim == 1 else None
-        return site, time.perf_counter()
+            site.module, site.args, site.batch = module, args, batch
+        if batch == 1 and site.single is None:
+            site.single = module, args
+        return site, time.perf_counter(), batch == 1
 
-    def _post(self, started: tuple[Site, float] | None, output: Any) -> None:
+    def _post(self, started: tuple[Site, float, bool] | None, output: Any) -> None:
         if started is None:
             return
-        site, since = started
+        site, since, one = started
         seconds = time.perf_counter() - since
         site.calls += 1
         site.seconds += seconds
+        if one:
+            site.one_calls += 1
+            site.one_seconds += seconds
         if self.torch.is_grad_enabled() and not self.torch.is_inference_mode_enabled():
             site.grad_calls += 1
             site.grad_seconds += seconds
@@ -160,7 +170,7 @@ class Forwards:
             if site.module is not None and time.perf_counter() < deadline:
                 if site.grad_calls and site.backward_reached < 0.1 * site.grad_calls:
                     entry["no_grad_bench"] = _guarded(self._bench_no_grad, site)
-                if site.batch == 1:
+                if site.single is not None:
                     entry["batch_bench"] = _guarded(self._bench_batch, site)
             out.append(entry)
         found: dict[str, Any] = {"forwards": out}
@@ -214,18 +224,19 @@ class Forwards:
     def _bench_batch(self, site: Site) -> dict[str, Any]:
         torch = self.torch
         n = 32
-        first, rest = site.args[0], site.args[1:]
+        assert site.single is not None
+        module, (first, *rest) = site.single
         single = first if first.ndim >= 2 else first.unsqueeze(0)
         stacked = torch.cat([single] * n)
 
         def slow() -> None:
             with torch.inference_mode():
                 for _ in range(n):
-                    site.module(first, *rest)
+                    module(first, *rest)
 
         def fast() -> None:
             with torch.inference_mode():
-                site.module(stacked, *rest)
+                module(stacked, *rest)
 
         result = _interleaved(slow, fast)
         result["n"] = n

@@ -564,8 +564,11 @@ def small_batch(ev: Evidence) -> Finding | None:
     """A module called one sample at a time, many times per step (docs/bottlenecks.md §12)."""
     steps = ev.steps
     best = None
-    for site in ev.hooks.get("forwards") or []:
-        if site.get("batch") != 1:
+    for whole in ev.hooks.get("forwards") or []:
+        # the line's calls fed one sample, not all its calls (SB3's learn() both acts on one
+        # observation and trains on batches of 256, every module called from that one line)
+        site = {**whole, "calls": whole.get("one_sample_calls", 0), "seconds": whole.get("one_sample_seconds", 0.0)}
+        if not site["calls"]:
             continue
         per_step = site["calls"] / steps[0] if steps else None
         if (per_step is not None and per_step < 4) or (per_step is None and site["calls"] < 1000):

@@ -232,6 +232,11 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
                           "cProfile, the GC figures and the advisor below see the script's main process only: profile "
                           "the worker's loop on its own (or run py-spy record --subprocesses) to see inside it",
                           highlight=False, soft_wrap=True, markup=False)
+    elif script.get("phase_timers"):  # a timer that only counts steps (a callback's step_done())
+        steps = int((record.get("totals") or {}).get("vector_steps") or 0)
+        console.print(f"no phase timings: the script's rlperf.PhaseTimer timed no phase ({steps:,} timer.step_done() "
+                      "calls, the advisor's steps); put parts of the loop in with timer.phase(\"step\"): ... for the "
+                      "phase table (README: Profile your own loop)", highlight=False, soft_wrap=True, markup=False)
     else:
         console.print(f"no phase timings: the script does not use rlperf.PhaseTimer; three lines give you the phase "
                       f"table: {PHASE_API_HINT}", highlight=False, soft_wrap=True, markup=False)
