@@ -193,6 +193,75 @@ def test_logging_counts_the_reads_that_feed_the_prints(tmp_path: Path) -> None:
     assert "reads of tensor values" in f.evidence and "1,600 reads" in f.evidence, f.evidence
 
 
+def test_a_progress_bar_redrawn_with_new_values_every_step_is_logging(tmp_path: Path) -> None:
+    body = """
+    import io, torch
+    from tqdm import tqdm
+    stats = torch.randn(64, 64)
+    env = Env()
+    with tqdm(total=600, file=io.StringIO(), mininterval=0.5) as bar:
+        for t in range(600):
+            env.step(None)
+            bar.set_postfix(mean=stats.mean().item(), top=stats.max().item())  # planted
+            bar.update(1)
+    """
+    f = check_first(*advise(tmp_path, body), "logging")
+    assert "600 print/logging/writer calls" in f.evidence, f.evidence
+
+
+LOGGED_METRICS = """
+import logging, torch
+log = logging.getLogger("train")  # no handler: a log call costs next to nothing
+w = torch.randn(512, 512)
+env = Env()
+for t in range(300):
+    state, reward, done = env.step(None)
+    if t % EVERY == 0:
+        attention = (torch.randn(96, 512) @ w @ w).softmax(-1)  # a metric: computed only to be logged
+        peak = attention.max(-1).values.mean().item()
+        log.info("step %d attention peak %.3f", t, peak)  # planted
+"""
+
+
+def test_logging_counts_the_metrics_computed_only_to_be_logged(tmp_path: Path) -> None:
+    # the log call and its .item() read are cheap; the metric computed for it every step is not
+    f = check_first(*advise(tmp_path, LOGGED_METRICS.replace("EVERY", "1")), "logging")
+    assert "with the values computed only to be logged" in f.evidence, f.evidence
+    assert "serve only the logs (train.py:" in f.estimate, f.estimate
+    (tmp_path / "clean").mkdir()
+    findings, _, _ = advise(tmp_path / "clean", LOGGED_METRICS.replace("EVERY", "100"))
+    assert not findings, [(x.id, x.where) for x in findings]
+
+
+SLICED = """
+def train(agent, env, writer, steps):
+    log_every = 1
+    for step in range(steps):
+        obs, reward = env.step(agent.act())
+        loss = agent.update(obs, reward)          # 6: training, its result logged: not the log's work
+        q = agent.q(obs)                          # 7: read below by the update too: not only the log's
+        agent.observe(q)
+        if step % log_every == 0:                 # 9: the gate around nothing but the log
+            stats = {"q": q.mean().item(), "r": reward.std().item()}
+            for k, v in stats.items():
+                writer.add_scalar(k, v, step)     # 12
+            writer.add_scalar("loss", loss, step)  # 13
+        history = [reward]                        # 14: never read: no log reads it either
+"""
+
+
+def test_the_log_only_lines_are_the_log_calls_their_values_and_their_gate(tmp_path: Path) -> None:
+    from rlperf.instruments.sources import Sources
+
+    file = tmp_path / "loop.py"
+    file.write_text(textwrap.dedent(SLICED))
+    lines, whole = Sources().log_only((str(file), 2, "train"), [12, 13], impure={"update", "act", "observe"})
+    assert lines == [3, 9, 10, 11, 12, 13] and not whole  # log_every read only by the gate
+    helper = "def log(writer, x, step):\n    m = x.mean().item()\n    writer.add_scalar('m', m, step)\n"
+    (tmp_path / "helper.py").write_text(helper)
+    assert Sources().log_only((str(tmp_path / "helper.py"), 1, "log"), [3], impure=set()) == ([2, 3], True)
+
+
 def test_forwards_with_grad_and_no_backward_are_named_at_the_call_and_not_under_no_grad(tmp_path: Path) -> None:
     body = """
     import torch

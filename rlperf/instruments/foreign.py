@@ -719,6 +719,7 @@ def logging_rule(ev: Evidence) -> Finding | None:
     keys = p.keys(builtin="builtins.print") + [k for k in p.keys(path=LOG_CALLS[1]) if k[2] in LOG_CALLS[0]]
     keys += [k for k in p.raw if any(w in k[0].replace(os.sep, "/") for w in WRITERS) and k[2].startswith(("add_", "log"))]
     keys += [k for k in p.keys(builtin="of '_io.") if "'write'" in k[2] or "'flush'" in k[2]]
+    keys += [k for k in p.keys(path="tqdm/") if k[2] in PROGRESS_CALLS]
     logs = p.edges(keys)
     n_logs, _ = _total(logs)
     if n_logs / steps[0] < 0.5:
@@ -736,13 +737,48 @@ def logging_rule(ev: Evidence) -> Finding | None:
     seconds = _total(logs)[1] + read_s
     top = _top(logs)
     where = p.where(top.caller, top.callee)
-    return finding(
-        "logging",
-        f"{n_logs:,} print/logging/writer calls{_per_step(n_logs, steps)} and {n_reads:,} reads of tensor values for "
-        f"them took {_share(p, seconds)}; the costliest call site is {where}",
-        seconds * (1 - 1 / 100),
-        f"the log calls' and their reads' measured {seconds_short(seconds)} (cProfile, at their call sites) × "
-        f"(1 − 1/100): one log every 100 steps", where=where, command=demo("logging"))
+    block = _log_block(p, logs)
+    measured = (f"the log calls' and their reads' measured {seconds_short(seconds)} (cProfile, at their call sites)")
+    evidence = (f"{n_logs:,} print/logging/writer calls{_per_step(n_logs, steps)} and {n_reads:,} reads of tensor values "
+                f"for them took {_share(p, seconds)}; the costliest call site is {where}")
+    if block is not None and block[0] > seconds:
+        seconds, what = block
+        measured = f"{what}: {seconds_short(seconds)}"
+        evidence += f"; with the values computed only to be logged, {_share(p, seconds)}"
+    return finding("logging", evidence, seconds * (1 - 1 / 100),
+                   f"{measured} × (1 − 1/100): one log every 100 steps", where=where, command=demo("logging"))
+
+
+PROGRESS_CALLS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str", "write")
+"""tqdm's calls that redraw a progress bar with new values (``update`` draws at most every ``mininterval``)."""
+
+
+def _log_block(p: ScriptProfile, logs: list[Edge]) -> tuple[float, str] | None:
+    """The time of the statements that serve only the log calls in your loops (the log calls, the
+    values computed for them, the ``if`` that gates them: :meth:`Sources.log_only`), from the line
+    sampler's share of the function's cProfile time; a helper that only logs, its whole time. The
+    costliest function's, with what it was read from; None without enough samples."""
+    mine = {k[2] for k in p.raw if p.is_user(k) and not k[2].startswith("<")}
+    best: tuple[float, str] | None = None
+    for fn in {e.caller for e in logs}:
+        lines, whole = p.sources.log_only(fn, {p.line(fn, e.callee) for e in logs if e.caller == fn}, mine - {fn[2]})
+        name = fn[2] if not fn[2].startswith("<") else p.sources.enclosing_function(fn[0], fn[1]) or fn[2]
+        if whole and fn[2] != "<module>":
+            found = (p.cumtime(fn), f"{short_file(fn[0])}:{fn[1]} ({name}) only logs: its measured time (cProfile)")
+        else:
+            samples = p.line_samples.get((fn[0], fn[2])) or {}
+            n = sum(samples.values())
+            looped = [line for line in lines if p.sources.in_loop(fn, line)]
+            if n < MIN_SAMPLES or not looped:
+                continue
+            share = sum(samples.get(line, 0) for line in looped) / n
+            span = f"{looped[0]}-{looped[-1]}" if len(looped) > 1 else f"{looped[0]}"
+            found = (share * p.cumtime(fn), f"the lines that serve only the logs ({short_file(fn[0])}:{span}, {name}) "
+                     f"measured as {share:.0%} of {name}'s {seconds_short(p.cumtime(fn))} (the line sampler's share of "
+                     "cProfile's time)")
+        if best is None or found[0] > best[0]:
+            best = found
+    return best
 
 
 _DRAWS = (("sample", "random.py"), ("choices", "random.py"), ("shuffle", "random.py"))

@@ -5,12 +5,59 @@ lines of its calls, its loops. Light on purpose: the profiled child imports it a
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 
 Key = tuple[str, int, str]
 
 _COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "info", "debug", "write")
 """Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
+
+
+_MUTATORS = frozenset({"step", "backward", "zero_grad", "append", "extend", "push", "add", "put", "sample", "reset",
+                       "save", "load", "train", "learn", "fit", "insert", "pop", "clear", "store", "remember",
+                       "copy_", "load_state_dict", "send", "recv", "join", "acquire"})
+"""Calls that change something (an env, a network, a buffer): a value that makes one is never only a log's."""
+
+
+def _pure(expr: ast.AST | None, impure: set[str]) -> bool:
+    """Whether ``expr`` computes a value and nothing else: no call of ``impure``, no walrus, no await."""
+    for n in ast.walk(expr) if expr is not None else ():
+        if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
+            return False
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name is None or name in impure:
+                return False
+    return True
+
+
+def _only_for_logs(stmt: ast.stmt, chosen: set[int], impure: set[str], served: Callable[[ast.Name], bool],
+                   loads: dict[str, list[ast.Name]]) -> bool:
+    """Whether ``stmt`` serves only the statements in ``chosen`` (see :meth:`Sources.log_only`)."""
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        uses = [use for name in names for use in loads.get(name, [])]
+        return len(names) == len(targets) and bool(uses) and _pure(stmt.value, impure) and all(map(served, uses))
+    if isinstance(stmt, (ast.If, ast.For, ast.With)):
+        inner = [*stmt.body, *getattr(stmt, "orelse", [])]
+        heads: list[ast.AST] = ([stmt.test] if isinstance(stmt, ast.If) else [stmt.iter] if isinstance(stmt, ast.For)
+                                else [i.context_expr for i in stmt.items])
+        return bool(inner) and all(id(c) in chosen for c in inner) and all(_pure(h, impure) for h in heads)
+    return False
+
+
+def _walk_own(node: ast.AST) -> Iterable[ast.AST]:
+    """``ast.walk`` of a function or module without the bodies of the functions and classes in it."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        for child in ast.iter_child_nodes(n):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
 
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -276,6 +323,64 @@ class Sources:
                 if (loop.lineno < line if body else loop.lineno <= line) and line <= loop.end_lineno:
                     return True
         return False
+
+    def log_only(self, key: Key, log_lines: Iterable[int], impure: Iterable[str]) -> tuple[list[int], bool]:
+        """The lines of ``key``'s function that serve only its log calls on ``log_lines``: those
+        statements, the assignments whose names nothing else reads (``stats = {"entropy":
+        dist.entropy().mean().item(), ...}``, computed to be logged) and the ``if``/``for``/``with``
+        around nothing else (``if step % 100 == 0:``, ``for k, v in stats.items():``); and whether
+        that is the whole function (a helper that only logs). A value that calls one of ``impure``
+        (your functions) or of :data:`_MUTATORS` does work of its own: never in it."""
+        node = self.function(key)
+        if node is None:
+            return [], False
+        impure = set(impure) | _MUTATORS
+        wanted = set(log_lines)
+        # each node's innermost statement, and each statement's enclosing one
+        owner: dict[int, ast.stmt] = {}
+        up: dict[int, ast.stmt | None] = {}
+
+        def index(n: ast.AST, stmt: ast.stmt | None) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    continue
+                if isinstance(child, ast.stmt):
+                    up[id(child)] = stmt
+                    index(child, child)
+                else:
+                    if stmt is not None:
+                        owner[id(child)] = stmt
+                    index(child, stmt)
+
+        index(node, None)
+        statements = [n for n in _walk_own(node) if isinstance(n, ast.stmt) and n is not node]
+        loads: dict[str, list[ast.Name]] = {}
+        for n in _walk_own(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                loads.setdefault(n.id, []).append(n)
+        chosen = {id(n) for n in statements if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                  and any(n.lineno <= line <= (n.end_lineno or n.lineno) for line in wanted)}
+
+        def served(use: ast.Name, extra: ast.stmt) -> bool:  # read inside a chosen statement (or ``extra``)
+            stmt: ast.stmt | None = owner.get(id(use))
+            while stmt is not None:
+                if stmt is extra or id(stmt) in chosen:
+                    return True
+                stmt = up.get(id(stmt))
+            return False
+
+        grown = bool(chosen)
+        while grown:
+            grown = False
+            for stmt in statements:
+                if id(stmt) not in chosen and _only_for_logs(stmt, chosen, impure, functools.partial(served, extra=stmt),
+                                                              loads):
+                    chosen.add(id(stmt))
+                    grown = True
+        picked = [n for n in statements if id(n) in chosen]
+        lines = sorted({line for n in picked for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)})
+        top = [n for n in getattr(node, "body", []) if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        return lines, bool(picked) and bool(top) and all(id(n) in chosen for n in top)
 
     def text(self, key: Key) -> str:
         node = self.function(key)
