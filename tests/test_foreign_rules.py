@@ -209,6 +209,81 @@ def test_a_progress_bar_redrawn_with_new_values_every_step_is_logging(tmp_path: 
     assert "600 print/logging/writer calls" in f.evidence, f.evidence
 
 
+def test_a_normalizer_looping_over_an_arrays_shape_is_preprocessing_not_shaping(tmp_path: Path) -> None:
+    # "shap" counted every x.shape[...] as reward-shaping words: the two kinds tied and the loop was a hot spot
+    body = """
+    import numpy as np
+    mean, var = np.zeros(8), np.ones(8)
+
+    def standardize(x):  # normalize each observation
+        out = np.empty(x.shape, np.float32)
+        for i in range(x.shape[0]):
+            for j in range(x.shape[1]):
+                out[i, j] = np.clip((x[i, j] - mean[j]) / np.sqrt(var[j] + 1e-8), -5.0, 5.0)
+        return out
+
+    env = Env(16)
+    x = env.reset()
+    for t in range(150):
+        x = standardize(env.step(None)[0])  # planted
+    """
+    check_first(*advise(tmp_path, body), "preprocessing")
+
+
+def test_a_sum_tree_walked_in_python_is_replay_work(tmp_path: Path) -> None:
+    body = """
+    import random
+    SIZE = 1 << 12
+    tree = [0.0] * (2 * SIZE)
+
+    def tree_update(i, priority):
+        node = i + SIZE
+        tree[node] = priority
+        node //= 2
+        while node >= 1:
+            tree[node] = tree[2 * node] + tree[2 * node + 1]
+            node //= 2
+
+    env = Env()
+    for t in range(400):
+        env.step(None)
+        for k in range(16):
+            tree_update(random.randrange(SIZE), random.random())  # planted
+    """
+    check_first(*advise(tmp_path, body), "replay_sampling")
+
+
+def test_a_wrapper_of_a_vector_env_stepped_in_a_rollout_is_not_envs_stepped_one_by_one(tmp_path: Path) -> None:
+    # the wrapper's step is called once per time step of the rollout helper, not once per env
+    body = """
+    import gymnasium as gym
+    import numpy as np
+
+    class FrameStack:
+        def __init__(self, env):
+            self.env = env
+        def step(self, actions):
+            obs, reward, terminated, truncated, info = self.env.step(actions)
+            return np.concatenate([obs, obs], 1), reward, terminated | truncated
+
+    envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
+    envs.reset(seed=0)
+    env = FrameStack(envs)
+    def rollout(steps):
+        total = 0.0
+        for t in range(steps):
+            obs, reward, done = env.step(np.zeros(8, np.int64))
+            total += float(reward.sum())
+        return total
+
+    for it in range(20):
+        rollout(64)
+    """
+    findings, total, _ = advise(tmp_path, body)  # SyncVectorEnv's own loop over its 8 envs may be named
+    assert not [f for f in findings if "(rollout)" in f.evidence], [(f.id, f.evidence) for f in findings]
+    assert all((f.est_saving_s or 0.0) <= total for f in findings)
+
+
 LOGGED_METRICS = """
 import logging, torch
 log = logging.getLogger("train")  # no handler: a log call costs next to nothing

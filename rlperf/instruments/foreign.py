@@ -962,8 +962,10 @@ def env_backend(ev: Evidence) -> Finding | None:
     p = ev.p
     if p is None:
         return None
-    single = [k for k in p.keys("step") if "gymnasium/vector/" not in k[0].replace(os.sep, "/") and "torch/" not in
-              k[0].replace(os.sep, "/")]
+    vector = [k for k in p.keys("step") if "gymnasium/vector/" in k[0].replace(os.sep, "/")]
+    # a step of one env: not a vector env's, not torch's (an optimizer), not a wrapper of a vector env
+    single = [k for k in p.keys("step") if k not in vector and "torch/" not in k[0].replace(os.sep, "/")
+              and not _reaches(p, k, set(vector), depth=3)]
     sync = p.keys("step", "gymnasium/vector/sync_vector_env.py")
     best = None
     candidates = [(k, p.calls(k), p.cumtime(k)) for k in sync]
@@ -971,13 +973,14 @@ def env_backend(ev: Evidence) -> Finding | None:
     timed = (ev.record.get("totals") or {}).get("vector_steps")
     for fn, calls, cum in candidates:
         inner = sum(nc for k, nc, _ in p.callees.get(fn, []) if k in single)
+        stepping = sum(ct for k, _, ct in p.callees.get(fn, []) if k in single)  # the single envs' steps' own time
         # Several single-env steps per iteration of the loop: per call of a vector env, or of a helper
         # called every iteration, or (the loop itself, called once) per step the phase timer counted.
         per_iteration = inner / calls if "sync_vector_env" in fn[0] or calls >= 2 else (inner / timed if timed else 0)
-        if not calls or per_iteration < 4 or cum < 0.3 * p.total:
+        if not calls or per_iteration < 4 or min(cum, stepping) < 0.3 * p.total:
             continue
-        if best is None or cum > best[2]:
-            best = (fn, per_iteration, cum)
+        if best is None or stepping > best[2]:
+            best = (fn, per_iteration, min(cum, stepping))
     if best is None:
         return None
     fn, per_call, cum = best
@@ -988,12 +991,26 @@ def env_backend(ev: Evidence) -> Finding | None:
     else:
         where = p.where(fn, "step")
         what = where
+    each = ("per call" if "sync_vector_env" in fn[0] else f"per call of {fn[2]}" if p.calls(fn) >= 2
+            else "per step (timer.step_done() calls)")
     return finding(
         "env_backend",
-        f"{what} steps {per_call:.0f} single envs per iteration, {p.calls(fn):,} calls, {_share(p, cum)}",
+        f"{what} steps {per_call:.0f} single envs {each}, {p.calls(fn):,} calls; their steps took {_share(p, cum)}",
         cum * (1 - 1 / per_call),
-        f"the loop over envs' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
+        f"the single envs' steps' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
         f"what one env's step costs", where=where, command=demo("env_backend"))
+
+
+def _reaches(p: ScriptProfile, key: Key, targets: set[Key], depth: int) -> bool:
+    """Whether ``key`` calls one of ``targets`` within ``depth`` calls (a wrapper of a vector env's step)."""
+    frontier, seen = [key], {key}
+    for _ in range(depth):
+        nxt = [k for f in frontier for k, _, _ in p.callees.get(f, []) if k not in seen]
+        if any(k in targets for k in nxt):
+            return True
+        seen.update(nxt)
+        frontier = nxt
+    return False
 
 
 # -- Python loops over elements: preprocessing, reward shaping, or a hot spot --------------------
@@ -1001,7 +1018,9 @@ def env_backend(ev: Evidence) -> Finding | None:
 _WORDS = {
     "preprocessing": ("obs", "observation", "frame", "pixel", "image", "img", "gray", "grey", "resize", "downsample",
                       "preprocess", "normalize", "normalise", "crop", "one_hot", "onehot", "encode", "action"),
-    "reward_shaping": ("reward", "shap", "bonus", "potential", "penalty"),
+    "reward_shaping": ("reward", "shaping", "shaped", "shaper", "bonus", "potential", "penalty"),
+    # a replay buffer's own Python loops: a prioritized buffer's sum tree walked node by node
+    "replay_sampling": ("replay", "buffer", "memory", "priorit", "tree", "prefixsum", "transition"),
 }
 _ENV_METHODS = ("step", "reset", "__init__", "render")
 
@@ -1014,12 +1033,13 @@ def _env_function(name: str) -> bool:
 
 
 def _classify(text: str, name: str) -> str | None:
-    """preprocessing or reward_shaping by the words of the code (the function's name counts thrice)."""
+    """preprocessing, reward shaping or a replay buffer's work by the words of the code (the function's
+    name counts thrice): the kind with twice the words of the next."""
     lowered = text.lower()
     scores = {kind: sum(lowered.count(w) for w in words) + 3 * sum(w in name.lower() for w in words)
               for kind, words in _WORDS.items()}
-    kind = max(scores, key=lambda k: scores[k])
-    return kind if scores[kind] > 0 and scores[kind] >= 2 * min(scores.values()) else None
+    kind, runner_up = sorted(scores, key=lambda k: -scores[k])[:2]
+    return kind if scores[kind] > 0 and scores[kind] >= 2 * scores[runner_up] else None
 
 
 def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
@@ -1047,8 +1067,11 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         # The function's own Python time: its bytecode, its comprehensions' and the builtins both call,
         # not the networks, updates or your other functions they call.
         comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
+        # NumPy's functions called per element (np.clip, np.sqrt on scalars) are the loop's too; torch's
+        # are the network's or the update's work.
         own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
-            ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, []) if k[0] == "~" and k not in heavy)
+            ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, [])
+            if (k[0] == "~" or "numpy/" in k[0].replace(os.sep, "/")) and k not in heavy)
         # less what cProfile added for the calls the loop made
         own = max(0.0, own - p.call_cost * sum(nc for f in (fn, *comprehensions) for _, nc, _ in p.callees.get(f, [])))
         if fn == holder:
