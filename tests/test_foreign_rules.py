@@ -308,6 +308,27 @@ def test_logging_counts_the_metrics_computed_only_to_be_logged(tmp_path: Path) -
     assert not findings, [(x.id, x.where) for x in findings]
 
 
+def test_a_helper_that_only_logs_is_charged_its_whole_time(tmp_path: Path) -> None:
+    # the helper computes its metric and logs it: all of its time is the log's, not only the log call's
+    body = """
+    import logging, torch
+    log = logging.getLogger("train")
+    w = torch.randn(512, 512)
+
+    def log_attention(step):
+        attention = (torch.randn(96, 512) @ w @ w).softmax(-1)
+        log.info("step %d attention peak %.3f", step, attention.max(-1).values.mean().item())
+
+    env = Env()
+    for t in range(300):
+        env.step(None)
+        log_attention(t)
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert findings and findings[0].id == "logging", [(f.id, f.where) for f in findings]
+    assert "(log_attention) only logs: its measured time" in findings[0].estimate, findings[0].estimate
+
+
 SLICED = """
 def train(agent, env, writer, steps):
     log_every = 1
