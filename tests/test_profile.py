@@ -147,8 +147,9 @@ def test_torch_profiler_trace_has_the_phase_ranges(capsys, tmp_path) -> None:
 def test_py_spy_records_a_flamegraph_and_speedscope(capsys, tmp_path) -> None:
     if find_pyspy() is None:
         pytest.skip("py-spy is not installed")
-    # Long enough for py-spy's samples to land in the loop: the fused update ran 480 steps in a few samples.
-    code, out, err = run(capsys, "--config", "smoke", "--steps", "4800", "--no-cprofile", "--py-spy", "--set",
+    # Long enough for py-spy's samples to land in the loop: 4,800 steps took 0.06 s (12 of 314 samples, none once in
+    # CI under load); 64,000 take ~0.6 s, ~70 samples, and the whole run stays ~6 s (imports dominate it).
+    code, out, err = run(capsys, "--config", "smoke", "--steps", "64000", "--no-cprofile", "--py-spy", "--set",
                          "run.threads=1", "--out", str(tmp_path))
     assert code == 0, err
     record = json.loads((next(tmp_path.iterdir()) / "run.json").read_text())
