@@ -28,6 +28,7 @@ import platform
 import resource
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from time import perf_counter
@@ -241,6 +242,7 @@ class PhaseTimer(timers.PhaseTimer):
 
     _lock: threading.Lock
     _local: threading.local
+    _id: tuple[int, str]
     interval_s: float
     _born: float
     _interval_end: float
@@ -262,6 +264,7 @@ class PhaseTimer(timers.PhaseTimer):
         if self.mode in ("sync", "events"):
             _check_cuda(self.device, device)
         self.started_at = _now()
+        self._id = (os.getpid(), uuid.uuid4().hex)
         self.interval_s = float(interval_s)
         self._born = self._interval_end = perf_counter()
         self._last_step = self._born
@@ -338,6 +341,13 @@ class PhaseTimer(timers.PhaseTimer):
             previous = (steps, wall, phases)
         return out
 
+    @property
+    def timer_id(self) -> str:
+        """This timer's id in its records: two records with one id are one run's (the CI gate counts it
+        once). A forked process's copy of the timer times that process's steps: another id."""
+        pid, made = self._id
+        return made if pid == os.getpid() else uuid.uuid5(uuid.UUID(made), str(os.getpid())).hex
+
     def record(self, name: str = "external", num_envs: int = 1, config: Mapping[str, Any] | None = None,
                command: list[str] | None = None) -> dict[str, Any]:
         """The run record of this timer: ``kind: "external"``, its phases, its throughput (``num_envs``
@@ -348,7 +358,9 @@ class PhaseTimer(timers.PhaseTimer):
              config: Mapping[str, Any] | None = None) -> Path:
         """Write a run directory ``OUT/NAME-<timestamp>/run.json``; returns the directory.
 
-        ``config``: anything that says what ran (hyperparameters); it is stored as the record's config.
+        ``config``: anything that says what ran (hyperparameters: a nested dict, or a flat ``vars(args)``);
+        it is stored as the record's config, as JSON (NaN as ``"nan"``, a path as its string). The CI gate
+        compares it within each side, except the keys that name a run (seed, exp_name, run_name, out...).
         """
         from rlperf.atomic import write_json_atomic
         from rlperf.run.files import RECORD_NAME, make_run_dir
@@ -385,6 +397,29 @@ def _check_cuda(device: Any, asked: Any) -> None:
                           hint="use cuda:0 to cuda:" + str(torch.cuda.device_count() - 1))
 
 
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON a record can hold: NaN and infinities as the strings ``"nan"``, ``"inf"``
+    (a record's numbers are finite), NumPy scalars as numbers, tuples and sets as lists, mapping keys
+    as strings, anything else (a path, a class, a device) as its ``str``; nested past 32 levels as ``str``."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if depth > 32:
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v, depth + 1) for v in value]
+    item = getattr(value, "item", None)  # a NumPy or torch scalar
+    if callable(item) and getattr(value, "shape", None) == ():
+        try:
+            return json_safe(item(), depth + 1)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
 def external_record(timer: PhaseTimer, name: str = "external", num_envs: int | None = None,
                     config: Mapping[str, Any] | None = None, command: list[str] | None = None,
                     status: str = "completed") -> dict[str, Any]:
@@ -407,11 +442,11 @@ def external_record(timer: PhaseTimer, name: str = "external", num_envs: int | N
         "status": status,
         "command": list(command if command is not None else sys.argv),
         "started_at": getattr(timer, "started_at", None),
-        "config": dict(config) if config is not None else None,
+        "config": json_safe(dict(config)) if config is not None else None,
         "system": light_system_info(timer.device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": 0, "measured_steps": measured, "measured_wall_s": wall, "measured_env_steps": env_steps,
-                   "vector_step": timing["vector_step"], "nested": dict(timer.nested)},
+                   "vector_step": timing["vector_step"], "nested": dict(timer.nested), "timer_id": timer.timer_id},
         "totals": {"vector_steps": timer.steps, "env_steps": timer.steps * num_envs, "num_envs": num_envs,
                    "wall_s": wall + float(timing["warmup_s"]), "warmup_s": timing["warmup_s"]},
         "throughput": {"env_steps_per_s": rate, "steps_per_s": measured / wall if wall > 0 else 0.0,

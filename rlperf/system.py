@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import threading
+from typing import Any
 
 
 @functools.cache
@@ -33,3 +35,22 @@ def effective_cpus() -> float:
     except (OSError, ValueError):
         pass
     return cpus
+
+
+def open_schedstat() -> Any:
+    """The calling thread's scheduler statistics, open for reading (Linux; None elsewhere)."""
+    try:
+        return open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb", buffering=0)
+    except (OSError, AttributeError):
+        return None
+
+
+def run_queue_s(schedstat: Any) -> float | None:
+    """Seconds the thread of ``schedstat`` (:func:`open_schedstat`) has so far spent ready to run,
+    waiting for a CPU (the second field, in nanoseconds); None where that is not known."""
+    if schedstat is None:
+        return None
+    try:
+        return int(os.pread(schedstat.fileno(), 128, 0).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

@@ -20,7 +20,10 @@ The first ``warmup_steps`` vector steps (counted by :meth:`PhaseTimer.step_done`
 their samples go to the warm-up totals, not to the statistics, and ``wall_s`` starts after them.
 Each measured vector step's wall time (from one ``step_done()`` to the next) is a sample too: its
 low percentiles are what the CI gate compares (``rlperf compare --fail-if-slower``), as other
-processes on a shared machine stretch some steps and leave the fastest ones where they were.
+processes on a shared machine stretch some steps and leave the fastest ones where they were. Their
+mean is compared too, less the time the loop's thread waited for a CPU that other processes held
+(Linux's per-thread run-queue wait, read every 64 steps: :class:`_CpuWaits`): a cost that lands on
+one step in four or ten (an update every fourth step) moves the mean and not the p25.
 
 Importing this module does not import torch, and a CPU timer never does (``device="cpu"``): the
 public :class:`PhaseTimer` costs a NumPy import in a script that does not use torch.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlperf.errors import ConfigError
+from rlperf.system import open_schedstat, run_queue_s
 
 if TYPE_CHECKING:
     import torch
@@ -237,6 +242,59 @@ class _Annotated:
 _PHASE_CLASS = {"cpu": _Phase, "sync": _SyncPhase, "events": _EventPhase}
 
 
+class _CpuWaits:
+    """The measured steps' wall time and the part of it the loop's thread spent waiting for a CPU.
+
+    Read at marks (the 1st, 2nd, 4th, ... 64th measured step, then every 64th: a file read of ~2 µs
+    each, nothing on the other steps): between two marks, the steps' summed wall time and the
+    thread's run-queue wait over the same span. A wait is only known on Linux, and only while the
+    steps come from the thread that started the span (another thread, or a forked child, starts a new one).
+    """
+
+    __slots__ = ("file", "known", "prev", "seconds", "since", "steps", "tid", "waited")
+
+    def __init__(self) -> None:
+        self.file: Any = None
+        self.tid: int | None = None
+        self.prev: float | None = None  # the run-queue wait at the last mark; None: no span open
+        self.since = 0  # the step sample the open span starts at
+        self.steps, self.seconds, self.waited = 0, 0.0, 0.0
+        self.known = True  # every span so far had its wait read
+
+    def start(self, n: int) -> None:
+        """Open a span at step sample ``n`` (the measured window starts, or resumes)."""
+        tid = threading.get_native_id()
+        if self.file is None or self.tid != tid:
+            if self.file is not None:
+                self.file.close()
+            self.file, self.tid = open_schedstat(), tid
+        self.prev, self.since = run_queue_s(self.file), n
+        if self.prev is None:
+            self.known = False
+
+    def mark(self, samples: _Phase) -> None:
+        """Close the open span at the latest step sample and open the next."""
+        n = samples._n
+        if self.tid != threading.get_native_id():
+            self.start(n)
+            return
+        now = run_queue_s(self.file)
+        if now is None or self.prev is None:
+            self.known = False
+        else:
+            self.waited += max(now - self.prev, 0.0)
+        self.seconds += float(samples._buf[self.since:n].sum())
+        self.steps += n - self.since
+        self.prev, self.since = now, n
+
+    def figures(self) -> dict[str, float | None]:
+        """The mean step less its wait (ms) and the share of the steps' time spent waiting; None unknown."""
+        if not (self.known and self.steps and self.seconds > 0):
+            return {"mean_less_wait_ms": None, "cpu_wait_share": None}
+        waited = min(self.waited, self.seconds)
+        return {"mean_less_wait_ms": (self.seconds - waited) / self.steps * 1e3, "cpu_wait_share": waited / self.seconds}
+
+
 class PhaseTimer:
     """Times the loop's phases; see the module docstring for the modes.
 
@@ -284,6 +342,7 @@ class PhaseTimer:
         self._wall_last: float | None = None
         self._not_started: dict[str, Any] = {}  # stays empty; see _enter_stage()
         self._steps = _Phase("vector step", self)  # wall seconds of each measured vector step
+        self._waits = _CpuWaits()  # and the time the loop's thread waited for a CPU in them
         self._enter_stage()
         if not self.enabled:
             self.phase = _null_phase  # type: ignore[method-assign]
@@ -318,10 +377,15 @@ class PhaseTimer:
         if self._phases is self._warmup and self.steps >= self.warmup_steps:
             self._phases = self._measured
             self._wall_start = now
+            self._waits.start(self._steps._n)
             return
         start, last = self._wall_start, self._wall_last
         if start is not None and self._phases is self._measured:
-            self._steps._add(now - (last if last is not None and last > start else start))
+            steps = self._steps
+            steps._add(now - (last if last is not None and last > start else start))
+            n = steps._n
+            if not (n & 63 and n & (n - 1)):  # 1, 2, 4, ..., 64, then every 64th
+                self._waits.mark(steps)
         self._wall_last = now
 
     def _count_step(self) -> None:
@@ -347,6 +411,7 @@ class PhaseTimer:
         """phase() slow path: the first measured entry, or a phase name not seen before."""
         if self._phases is self._not_started:
             self._phases = self._measured
+            self._waits.start(self._steps._n)
             self._wall_start = perf_counter()
         if name not in self._phases:
             self._add_phase(name)
@@ -441,14 +506,15 @@ class PhaseTimer:
             )
         return out
 
-    def step_stats(self) -> dict[str, float | int] | None:
-        """Wall time per measured vector step: calls, mean, p25, p50 and p95 in ms (None before any)."""
+    def step_stats(self) -> dict[str, float | int | None] | None:
+        """Wall time per measured vector step: calls, mean, p25, p50 and p95 in ms, and the mean less
+        the time the loop's thread waited for a CPU with that wait's share (None unknown); None before any step."""
         s = self._steps.samples
         if not s.shape[0]:
             return None
         p25, p50, p95 = np.percentile(s, (25.0, 50.0, 95.0))
         return {"calls": int(s.shape[0]), "mean_ms": float(s.mean()) * 1e3, "p25_ms": float(p25) * 1e3,
-                "p50_ms": float(p50) * 1e3, "p95_ms": float(p95) * 1e3}
+                "p50_ms": float(p50) * 1e3, "p95_ms": float(p95) * 1e3, **self._waits.figures()}
 
     def to_dict(self) -> dict[str, Any]:
         """The timing section of a run record; its ``phases`` is the record's per-phase table."""
@@ -476,6 +542,7 @@ class PhaseTimer:
         return {
             "version": 1,
             "step_samples": torch.from_numpy(self._steps.samples.copy()),
+            "cpu_waits": [self._waits.steps, self._waits.seconds, self._waits.waited, self._waits.known],
             "mode": self.mode,
             "steps": self.steps,
             "warmup_steps": self.warmup_steps,
@@ -506,6 +573,13 @@ class PhaseTimer:
                     self._timed(stage)[name]._load(_as_float64(saved[key]))
             if "step_samples" in state:  # checkpoints from before per-step samples have none
                 self._steps._load(_as_float64(state["step_samples"]))
+            waits = self._waits = _CpuWaits()
+            if "cpu_waits" in state:  # the steps before the checkpoint (the first resumed step starts a new span)
+                waits.steps, waits.seconds, waits.waited, waits.known = (
+                    int(state["cpu_waits"][0]), float(state["cpu_waits"][1]), float(state["cpu_waits"][2]),
+                    bool(state["cpu_waits"][3]))
+            else:
+                waits.known = False
         self._enter_stage()
 
 

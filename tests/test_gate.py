@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,16 +38,20 @@ checkpoint = false
 """
 
 
-def write_record(folder: Path, name: str, us_per_env_step: float, kind: str = "train") -> Path:
-    """A run directory whose record has what the gate reads: 16 env steps per vector step."""
+def write_record(folder: Path, name: str, us_per_env_step: float, kind: str = "train",
+                 mean_us: float | None = None) -> Path:
+    """A run directory whose record has what the gate reads: 16 env steps per vector step (``mean_us``:
+    the mean step less CPU waits, per env step; none: a record without it)."""
     run_dir = folder / name
     run_dir.mkdir(parents=True)
+    step = {"p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3, "calls": 1000}
+    if mean_us is not None:
+        step.update(mean_less_wait_ms=16 * mean_us / 1e3, cpu_wait_share=0.3)
     record = {
         "schema": 1, "kind": kind, "name": name, "run_dir": str(run_dir), "status": "completed", "system": SYSTEM,
         "config": {"env": {"id": "rlperf/Snake-v0", "size": 6, "num_envs": 16}},
         "totals": {"env_steps": 16_000, "vector_steps": 1_000},
-        "timing": {"mode": "cpu", "vector_step": {"p25_ms": 16 * us_per_env_step / 1e3, "p50_ms": 17 * us_per_env_step / 1e3,
-                                   "calls": 1000}},
+        "timing": {"mode": "cpu", "vector_step": step},
         "throughput": {"env_steps_per_s": 1e6 / us_per_env_step},
         "phases": {"step": {"total_s": 1.0, "share": 1.0}},
     }
@@ -136,6 +142,69 @@ def test_records_slower_beyond_threshold_and_noise_exit_1_with_a_json_verdict(tm
     assert "gate: PASS" in out and "within the 30.0% threshold" in out and "env steps/s" in out
 
 
+def test_a_cost_on_one_step_in_four_fails_the_default_gate(tmp_path: Path, capsys) -> None:
+    """An update every 4th step got 80% slower: the mean step 20% slower, the p25 step not at all. The
+    default gate passed it ("0.3% slower") before it tested the mean too; the p25 alone still does."""
+    noise = (100, 101, 99, 100.5, 99.5)
+    base = [str(write_record(tmp_path / "base", f"b{i}", us, mean_us=2 * us)) for i, us in enumerate(noise)]
+    cand = [str(write_record(tmp_path / "cand", f"c{i}", us, mean_us=2.4 * us)) for i, us in enumerate(noise)]
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--json", "--no-plot"],
+                             capsys)
+    assert code == 1, err
+    v = json.loads(out)
+    assert v["metric"] == "step-p25+mean" and v["decided_by"] == "step-mean" and v["verdict"] == "fail"
+    assert v["slowdown"] == pytest.approx(0.2, abs=0.01) and v["alpha"] == 0.05
+    assert v["checks"]["step-p25"]["verdict"] == "pass" and v["checks"]["step-mean"]["alpha"] == 0.025
+    assert v["baseline"]["samples_s_per_env_step"] == pytest.approx([2 * us * 1e-6 for us in noise])
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--no-plot"], capsys)
+    assert code == 1 and "mean time per env step less CPU waits" in out and "at the p25 vector step: 0.0%" in out, out
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--json", "--no-plot",
+                              "--gate-metric", "step-p25"], capsys)
+    assert code == 0 and json.loads(out)["metric"] == "step-p25", err
+    # A p25 slowdown alone still fails, and the mean's test is named beside it.
+    slow = [str(write_record(tmp_path / "slow", f"s{i}", 1.2 * us, mean_us=2 * us)) for i, us in enumerate(noise)]
+    code, out, err = run_cli(["compare", *base, "--candidate", *slow, "--fail-if-slower", "5%", "--json", "--no-plot"],
+                             capsys)
+    assert code == 1 and json.loads(out)["decided_by"] == "step-p25", err
+
+
+def test_records_without_the_mean_are_gated_on_the_p25_with_a_warning(tmp_path: Path, capsys) -> None:
+    base = [str(write_record(tmp_path / "base", f"b{i}", us, mean_us=2 * us)) for i, us in enumerate((100, 101, 99, 100))]
+    cand = [str(write_record(tmp_path / "cand", f"c{i}", us)) for i, us in enumerate((100, 101, 99, 100))]
+    code, out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--no-plot"], capsys)
+    assert code == 0 and "gate: PASS" in out, err
+    assert "4 record(s) (c0, …) carry no mean step less CPU waits" in err and "only the p25 step was tested" in err
+    # 3 against 4 is enough for one test at p < 0.05, not for two at p < 0.025: the error says what to do
+    both = [str(write_record(tmp_path / "both", f"d{i}", us, mean_us=2 * us)) for i, us in enumerate((100, 101, 99))]
+    code, out, err = run_cli(["compare", *both, "--candidate", *base, "--fail-if-slower", "5%", "--no-plot"], capsys)
+    assert code == 2 and "3 baseline and 4 candidate runs cannot show a slowdown at p < 0.025" in err, err
+    assert "--gate-metric step-p25" in err
+    code, out, err = run_cli(["compare", *both, "--candidate", *base, "--fail-if-slower", "5%", "--no-plot",
+                              "--gate-metric", "step-mean"], capsys)
+    assert code == 0, err
+
+
+def test_run_options_with_records_only_are_said_to_do_nothing(tmp_path: Path, capsys) -> None:
+    base = [str(write_record(tmp_path / "base", f"b{i}", us)) for i, us in enumerate((100, 101, 99, 100))]
+    cand = [str(write_record(tmp_path / "cand", f"c{i}", us)) for i, us in enumerate((100, 101, 99, 100))]
+    code, _out, err = run_cli(["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--no-plot",
+                              "--set", "buffer.push=loop", "--steps", "100"], capsys)
+    assert code == 0 and "run options and --repeats apply to configs; these records are gated as recorded" in err, err
+
+
+def test_runs_that_did_not_complete_are_listed_as_left_out(tmp_path: Path, capsys) -> None:
+    base = [str(write_record(tmp_path / "base", f"b{i}", us)) for i, us in enumerate((100, 101, 99, 100, 100))]
+    cand = [write_record(tmp_path / "cand", f"c{i}", us) for i, us in enumerate((100, 101, 99, 100, 102, 98))]
+    for c in cand[4:]:
+        record = json.loads((c / "run.json").read_text())
+        (c / "run.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    code, out, err = run_cli(["compare", *base, "--candidate", *map(str, cand), "--fail-if-slower", "5%", "--no-plot"],
+                             capsys)
+    assert code == 0, err
+    assert "candidate 4 runs (c0, c1, c2, c3; 2 not completed, left out: c4, c5)" in out, out
+    assert "5 baseline vs 4 candidate runs" in out
+
+
 def test_a_folder_of_runs_is_its_runs(tmp_path: Path, capsys) -> None:
     # a CI artifact downloaded to baseline/ and candidate/, each holding its run directories: the folders
     # themselves are the sides (as rlperf train's runs/ folder is), and a 21% slowdown fails
@@ -218,4 +287,69 @@ def test_configs_run_interleaved_with_the_same_seed(tmp_path: Path, capsys) -> N
     assert len(runs) == 8
     records = [json.loads((p / "run.json").read_text()) for p in runs]
     assert {r["config"]["run"]["seed"] for r in records} == {0}  # the same work every repeat
+    if os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"):  # Linux: the mean is tested too
+        assert v["metric"] == "step-p25+mean" and set(v["checks"]) == {"step-p25", "step-mean"}
+        assert all(0 < r["timing"]["vector_step"]["mean_less_wait_ms"] for r in records)
     assert all(0 < r["timing"]["vector_step"]["p25_ms"] <= r["timing"]["vector_step"]["p50_ms"] for r in records)
+
+
+def test_one_timers_two_records_count_once(tmp_path: Path, capsys) -> None:
+    """A script that saves its timer's record, run under rlperf profile --out, left two records of one
+    run in the folder (the script's and the profile's): the gate counted 10 runs from 5, a p-value from
+    doubled samples."""
+    import rlperf
+
+    def timed(folder: Path, name: str, copies: int = 1) -> None:
+        timer = rlperf.PhaseTimer("cpu")
+        for _ in range(50):
+            with timer.phase("train"):
+                sum(range(2000))
+            timer.step_done()
+        for k in range(copies):
+            timer.save(folder, name=f"{name}-{k}", num_envs=4)
+
+    timed(tmp_path / "base", "b0", copies=2)
+    for i in range(1, 4):
+        timed(tmp_path / "base", f"b{i}")
+    for i in range(4):
+        timed(tmp_path / "cand", f"c{i}")
+    code, _out, err = run_cli(["compare", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"),
+                              "--fail-if-slower", "5%", "--no-plot"], capsys)
+    assert code == 2 and "b0-0" in err and "b0-1" in err and "are the same run, both in the baseline" in err, err
+    assert "one PhaseTimer's two records" in err
+
+
+def test_a_scripts_flat_args_are_a_config_the_gate_reads(tmp_path: Path, capsys) -> None:
+    """PhaseTimer.save(config=vars(args)) wrote a record every command called "damaged" (config.lr is
+    0.0003, expected an object), a NaN in it one no command could read, and repeats with CleanRL's
+    seed and exp_name were refused as different configs within a side."""
+    import numpy as np
+
+    import rlperf
+
+    def timed(folder: Path, i: int, lr: float = 3e-4) -> None:
+        timer = rlperf.PhaseTimer("cpu")
+        for _ in range(40):
+            with timer.phase("train"):
+                sum(range(2000))
+            timer.step_done()
+        args = {"exp_name": f"dqn_{i}", "seed": i, "lr": lr, "env": "CartPole-v1", "total_timesteps": 10_000,
+                "target_kl": float("nan"), "gamma": np.float32(0.99), "hidden": (64, 64), "out": tmp_path / "runs"}
+        timer.save(folder, name=f"r{i}", num_envs=4, config=args)
+
+    for i in range(4):
+        timed(tmp_path / "base", i)
+        timed(tmp_path / "cand", 10 + i)
+    record = json.loads(next((tmp_path / "base").glob("r0-*/run.json")).read_text())
+    assert record["config"]["target_kl"] == "nan" and record["config"]["hidden"] == [64, 64]
+    assert record["config"]["gamma"] == pytest.approx(0.99) and record["config"]["out"] == str(tmp_path / "runs")
+    code, out, err = run_cli(["compare", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"),
+                              "--fail-if-slower", "50%", "--no-plot"], capsys)
+    assert code in (0, 1) and "gate:" in out and "the sides differ in config" not in out, err
+    code, out, err = run_cli(["compare", *map(str, sorted((tmp_path / "base").iterdir())[:2]), "--no-plot"], capsys)
+    assert code == 0, err
+    # a knob that changes the work still differs within a side: refused, named
+    timed(tmp_path / "base", 9, lr=1e-3)
+    code, out, err = run_cli(["compare", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"),
+                              "--fail-if-slower", "50%", "--no-plot"], capsys)
+    assert code == 2 and "config.lr" in err and "within the baseline" in err, err

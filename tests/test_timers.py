@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -348,3 +350,73 @@ def test_a_cpu_timer_does_not_import_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+schedstat = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+    reason="needs Linux's per-thread schedstat")
+
+
+def _busy_steps(timer: PhaseTimer, steps: int, every: int = 1, extra: float = 0.0) -> None:
+    """Steps of ~0.6 ms of pure Python work; every ``every``-th step ``extra * every`` times that more
+    (the mean: ``extra`` more)."""
+    def work(n: int) -> int:
+        return sum(i * i for i in range(n))
+
+    for i in range(steps):
+        with timer.phase("train"):
+            work(15000 + (int(15000 * extra * every) if i % every == 0 else 0))
+        timer.step_done()
+
+
+@schedstat
+def test_the_mean_step_less_cpu_waits_sees_a_cost_on_one_step_in_four_and_not_a_busy_cpu() -> None:
+    """The gate's second figure: a cost on one step in four moves it (not the p25); a process that
+    holds this thread's only CPU half the time stretches the mean ~2x and leaves it where it was."""
+    cpus = os.sched_getaffinity(0)
+    cpu = min(cpus)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        quiet, slower = PhaseTimer(CPU), PhaseTimer(CPU)
+        _busy_steps(quiet, 500)
+        _busy_steps(slower, 500, every=4, extra=0.1)  # +40% on one step in four: +10% on the mean
+        hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+        try:
+            time.sleep(0.3)  # the hog is running
+            loaded = PhaseTimer(CPU)
+            _busy_steps(loaded, 500)
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    q, s, lo = (t.step_stats() for t in (quiet, slower, loaded))
+    assert q is not None and s is not None and lo is not None
+    assert q["mean_less_wait_ms"] > 0 and 0 <= q["cpu_wait_share"] < 1
+    assert 1.04 < s["mean_less_wait_ms"] / q["mean_less_wait_ms"] < 1.25, (q, s)
+    assert lo["cpu_wait_share"] > 0.25 and lo["mean_ms"] / q["mean_less_wait_ms"] > 1.4, (q, lo)
+    assert 0.75 < lo["mean_less_wait_ms"] / q["mean_less_wait_ms"] < 1.3, (q, lo)
+
+
+def test_the_cpu_wait_figures_survive_a_resume() -> None:
+    timer = PhaseTimer(CPU)
+    _busy_steps(timer, 200)
+    before = timer.step_stats()
+    resumed = PhaseTimer(CPU)
+    resumed.load_state_dict(timer.state_dict())
+    after = resumed.step_stats()
+    assert before is not None and after is not None
+    assert after["mean_less_wait_ms"] == before["mean_less_wait_ms"]
+    _busy_steps(resumed, 200)
+    later = resumed.step_stats()
+    assert later is not None and later["calls"] == 400
+    if before["mean_less_wait_ms"] is not None:  # Linux
+        assert later["mean_less_wait_ms"] is not None and later["mean_less_wait_ms"] > 0
+    # A checkpoint from before the figures: unknown, not made up.
+    state = timer.state_dict()
+    del state["cpu_waits"]
+    old = PhaseTimer(CPU)
+    old.load_state_dict(state)
+    _busy_steps(old, 100)
+    figures = old.step_stats()
+    assert figures is not None and figures["mean_less_wait_ms"] is None and figures["cpu_wait_share"] is None

@@ -17,11 +17,10 @@ import weakref
 import pytest
 
 from rlperf.instruments.evidence import LineSampler, profiler_cost
+from rlperf.system import open_schedstat, run_queue_s
 from rlperf.instruments.windows import (
     WindowedProfiler,
     _called_as,
-    _open_schedstat,
-    _run_queue_s,
     _without_own,
     merge,
     stitch,
@@ -163,20 +162,20 @@ def test_the_run_queue_wait_is_read_from_the_threads_schedstat() -> None:
     cpus = os.sched_getaffinity(0)
     cpu = min(cpus)
     hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
-    fd = _open_schedstat()
+    fd = open_schedstat()
     try:
         os.sched_setaffinity(0, {cpu})  # this thread and the hog on one CPU: each waits for the other
         time.sleep(0.3)  # the hog is running
-        before, started = _run_queue_s(fd), time.perf_counter()
+        before, started = run_queue_s(fd), time.perf_counter()
         while time.perf_counter() - started < 0.5:
             pass
-        waited = _run_queue_s(fd) - before
+        waited = run_queue_s(fd) - before
     finally:
         os.sched_setaffinity(0, cpus)
         hog.kill()
         hog.wait()
         if fd is not None:
-            os.close(fd)
+            fd.close()
     assert 0.1 < waited < 0.6
 
 

@@ -58,7 +58,8 @@ def compare(
     vs: Annotated[list[str] | None, typer.Option(
         "--vs", help="A variant of the one config argument: --vs buffer.push=loop (repeatable).")] = None,
     repeats: Annotated[int | None, typer.Option(
-        "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 5 for the gate); repeat k uses seed + k.",
+        "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 5 for the gate); repeat k uses seed + k, "
+        "except in the gate, where every run uses the config's seed.",
         show_default=False)] = None,
     candidate: Annotated[list[str] | None, typer.Option(
         "--candidate", help="The gate: a config to run now, or run records (every argument after --candidate up to the "
@@ -71,8 +72,9 @@ def compare(
         "--allow-mismatch", metavar="KEY", help="The gate: compare records that differ in KEY (kind, env.id, env.size, "
         "num_envs, device, timing, rlperf, config.SECTION.KEY) anyway (repeatable).", show_default=False)] = None,
     gate_metric: Annotated[str, typer.Option(
-        "--gate-metric", help="step-p25: time per env step at the p25 vector step (robust on shared machines); "
-        "step-median: at the median step; throughput: mean env steps/s.")] = "step-p25",
+        "--gate-metric", help="step-p25+mean: fail when the time per env step at the p25 vector step or the mean "
+        "step less the time it waited for a CPU is slower (each at p < 0.025); step-p25, step-mean, step-median "
+        "(the median step) or throughput (mean env steps/s) alone.")] = "step-p25+mean",
     *,
     run: RunArgs,
 ) -> None:
@@ -97,7 +99,7 @@ def compare(
     def make_config(path: str) -> Config:
         return run.build_config(path)
 
-    if candidate or fail_if_slower is not None or gate_metric != "step-p25" or allow_mismatch:
+    if candidate or fail_if_slower is not None or gate_metric != "step-p25+mean" or allow_mismatch:
         _gate(args, candidate or [], fail_if_slower, gate_metric, repeats, vs or [], allow_mismatch or [], make_config,
               run)
     repeats = repeats or 1
@@ -152,18 +154,19 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
     from rlperf.report.dashboard import RunsProgress
 
     threshold = _check_gate_options(candidate_args, fail_if_slower, metric, vs, allow)
-    repeats = repeats or gate.DEFAULT_REPEATS
+    repeats_given, repeats = repeats is not None, repeats or gate.DEFAULT_REPEATS
     baseline = gate.load_side(baseline_args, "baseline", make_config)
     candidate = gate.load_side(candidate_args, "candidate", make_config)
     gate.check_duplicates(baseline + candidate)
-    gate.check_records(baseline + candidate, metric)
+    gate.check_records(baseline + candidate, gate.required(metric))
     counts = [repeats if side[0].config is not None else len(side) for side in (baseline, candidate)]
-    if gate.min_p(*counts) >= gate.ALPHA:
-        raise RlperfError(f"{counts[0]} baseline and {counts[1]} candidate runs cannot show a slowdown at p < "
-                          f"{gate.ALPHA:g}", hint="run each side at least 4 times (--repeats 5 is the default), or pass "
-                          "more baseline records")
+    records = [s.record for s in baseline + candidate if s.record is not None]
+    tests = len(gate.tested(metric, records)[0]) if len(records) == sum(counts) else len(gate.parts(metric))
+    _check_counts(counts[0], counts[1], tests)
     gate.check_sources(baseline, candidate, allow)
     to_run = sum(repeats for side in (baseline, candidate) if side[0].config is not None)
+    if not to_run and (repeats_given or run.given) and not run.json_:
+        print("compare: run options and --repeats apply to configs; these records are gated as recorded", file=sys.stderr)
     progress = None if run.quiet or run.json_ or not to_run else RunsProgress("gate", to_run)
 
     stop = command_stop()
@@ -208,6 +211,23 @@ def _check_gate_options(candidate_args: list[str], fail_if_slower: str | None, m
     return threshold
 
 
+def _check_counts(n: int, m: int, tests: int, completed: bool = False) -> None:
+    """Refuse sides too small for the gate's test(s) to reach significance, before anything runs."""
+    from rlperf.experiments import gate
+
+    alpha = gate.ALPHA / tests
+    if gate.min_p(n, m) < alpha:
+        return
+    hint = "run each side at least 4 times (--repeats 5 is the default), or pass more records"
+    if tests > 1 and gate.min_p(n, m) < gate.ALPHA:
+        hint += "; or test one metric at p < 0.05: --gate-metric step-p25 (or step-mean)"
+    if completed:
+        raise RlperfError(f"only {n} baseline and {m} candidate runs completed: too few for a verdict at p < {alpha:g}",
+                          hint="see the runs' records for why the others did not complete")
+    raise RlperfError(f"{n} baseline and {m} candidate runs cannot show a slowdown at p < {alpha:g}"
+                      + (f" (each of the default gate's {tests} tests)" if tests > 1 else ""), hint=hint)
+
+
 def _gate_result(base: Side, cand: Side, threshold: float, metric: str,
                  allow: list[str]) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
     """The verdict on the gathered sides with what it rests on (each side's samples, names and run
@@ -218,18 +238,21 @@ def _gate_result(base: Side, cand: Side, threshold: float, metric: str,
     changed = gate.check_like_with_like({side.label: [(name, gate.measures(r)) for name, r in
                                                        zip(gate.run_names(side), side.records, strict=True)]
                                          for side in (base, cand)}, allow)
-    b, c = gate.samples(base, metric), gate.samples(cand, metric)
-    if gate.min_p(len(b), len(c)) >= gate.ALPHA:
-        raise RlperfError(f"only {len(b)} baseline and {len(c)} candidate runs completed: too few for a verdict",
-                          hint="see the runs' records for why the others did not complete")
-    result = gate.verdict(b, c, threshold, metric)
+    metrics, fallback = gate.tested(metric, [r for side in (base, cand) for r in side.records if gate._completed(r)])
+    per = {m: (gate.samples(base, m), gate.samples(cand, m)) for m in metrics}
+    b, c = per[metrics[0]]
+    _check_counts(len(b), len(c), len(metrics), completed=True)
+    result = gate.decide(per, threshold, metric)
+    b, c = per[result["decided_by"]]
     comparison = build_comparison([base, cand])
     for side, samples in ((base, b), (cand, c)):
-        result[side.label] = {"source": side.source, "samples_s_per_env_step": samples, "names": gate.run_names(side),
+        result[side.label] = {"source": side.source, "samples_s_per_env_step": samples,
+                              "names": gate.run_names(side, completed=True),
+                              "left_out": gate.run_names(side, completed=False),
                               "run_dirs": [r.get("run_dir") for r in side.records]}
     result["config_changes"] = changed
     result["allowed_mismatches"] = allow
-    result["warnings"] = comparison["warnings"]
+    result["warnings"] = ([fallback] if fallback else []) + comparison["warnings"]
     result["comparison"] = comparison
     return result, (b, c)
 

@@ -39,7 +39,6 @@ import importlib
 import importlib.machinery
 import importlib.util
 import math
-import os
 import random
 import signal
 import sys
@@ -48,6 +47,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any
+
+from rlperf.system import open_schedstat, run_queue_s
 
 Key = tuple[str, int, str]
 Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
@@ -100,10 +101,11 @@ class WindowedProfiler:
         # of which the profiled thread was ready to run and waited for a CPU (other processes had them)
         self.waited = {"first": 0.0, "on": 0.0, "off": 0.0, "imports": 0.0}
         self.since_waited = 0.0
-        self._schedstat: int | None = None  # the profiled thread's /proc schedstat, open (Linux)
+        self._schedstat: Any = None  # the profiled thread's /proc schedstat, open (Linux)
         self.stacks: list[Stack] = []
         self._stack: list[Any] = []  # the frames running when the current part opened, outermost first
-        self._alive: set[int] = set()  # those of them last seen running (rlperf-stack-watch)
+        self._alive: set[int] = set()  # those of them seen running at one of the last two looks (rlperf-stack-watch)
+        self._seen: set[int] = set()  # those of them seen running at the last look
         self._watcher: threading.Thread | None = None
         self._done = threading.Event()  # set at stop: the watcher ends without waiting out its sleep
         self.windowing = False
@@ -138,7 +140,7 @@ class WindowedProfiler:
             self.windowing = True
         self._thread = threading.get_ident()
         self._wrap_imports()
-        self._schedstat = _open_schedstat()
+        self._schedstat = open_schedstat()
         self._enter("first")
         self.current = self.first
         self.first.enable()
@@ -158,7 +160,7 @@ class WindowedProfiler:
         self.state = "done"
         if self._schedstat is not None:
             with contextlib.suppress(OSError):
-                os.close(self._schedstat)
+                self._schedstat.close()
             self._schedstat = None
         self._done.set()
         if self._watcher is not None and self._watcher is not threading.current_thread():
@@ -175,13 +177,13 @@ class WindowedProfiler:
 
     def _enter(self, state: str, now: float | None = None) -> None:
         self.state, self.since = state, perf_counter() if now is None else now
-        self.since_waited = _run_queue_s(self._schedstat)
+        self.since_waited = run_queue_s(self._schedstat) or 0.0
 
     def _close(self, now: float, frame: Any) -> None:
         seconds = now - self.since
         if self.state in self.timed:
             self.timed[self.state] += seconds
-            self.waited[self.state] += max(_run_queue_s(self._schedstat) - self.since_waited, 0.0)
+            self.waited[self.state] += max((run_queue_s(self._schedstat) or 0.0) - self.since_waited, 0.0)
         if self.state == "first" and self._stack:
             self.resumed_stacks.append(self._ended(frame, seconds))
         elif self.state == "on":
@@ -192,13 +194,14 @@ class WindowedProfiler:
         end, when every frame has returned: those the watcher last saw running count as alive)."""
         alive = {id(f) for f in _frames(frame)} if frame is not None else self._alive
         stack = [(_key(f.f_code), id(f) in alive) for f in self._stack]
-        self._stack, self._alive = [], set()  # the frames are held until here: a new frame cannot take a held one's id
+        # the frames are held until here: a new frame cannot take a held one's id
+        self._stack, self._alive, self._seen = [], set(), set()
         return stack, seconds
 
     def _held(self, frame: Any) -> None:
         """Hold the stack a part opens on (outermost first), and watch which of its frames keep running."""
         self._stack = list(reversed(_frames(frame)))
-        self._alive = {id(f) for f in self._stack}
+        self._alive = self._seen = {id(f) for f in self._stack}
         if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, name="rlperf-stack-watch", daemon=True)
             self._watcher.start()
@@ -206,14 +209,17 @@ class WindowedProfiler:
     def _watch(self) -> None:
         """Which frames of the current part's stack still run, every :data:`WATCH_S` seconds: at the
         run's end every frame has returned, and one that returned long before (the call that made a
-        lazy import) must not be taken for one that ran to the end (the loop)."""
+        lazy import) must not be taken for one that ran to the end (the loop). A frame counts as
+        returned once two looks in a row missed it: the last look may come in the moment between the
+        loop's return and the run's end (1 run in 5 on a loaded machine, before)."""
         while not self._done.wait(WATCH_S):
             stack = self._stack
             frame = sys._current_frames().get(self._thread)
             if stack and frame is not None:
                 running = {id(f) for f in _frames(frame)}
                 if stack is self._stack:  # the part did not end meanwhile
-                    self._alive = {id(f) for f in stack} & running
+                    seen = {id(f) for f in stack} & running
+                    self._alive, self._seen = seen | self._seen, seen
             del stack, frame  # the script's frames are not held across the wait (see LineSampler._run)
 
     def _tick(self, signum: int, frame: Any) -> None:
@@ -404,25 +410,6 @@ class WindowedProfiler:
             out.update(windows=len(self.stacks), on_s=self.timed["on"], off_s=self.timed["off"],
                        scale=self.scale(windows, call_cost))
         return out
-
-
-def _open_schedstat() -> int | None:
-    """The calling thread's scheduler statistics, open for reading (Linux; None elsewhere)."""
-    try:
-        return os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
-    except (OSError, AttributeError):
-        return None
-
-
-def _run_queue_s(fd: int | None) -> float:
-    """Seconds the thread of ``fd`` (:func:`_open_schedstat`) has so far spent ready to run, waiting
-    for a CPU (the second field of schedstat, in nanoseconds); 0 where that is not known."""
-    if fd is None:
-        return 0.0
-    try:
-        return int(os.pread(fd, 128, 0).split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def _frames(frame: Any) -> list[Any]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlperf.report.stats import is_number, summarize
+from rlperf.report.stats import config_section, is_number, summarize
 from rlperf.timers import PHASES
 
 if TYPE_CHECKING:
@@ -318,10 +318,10 @@ def phase_shares(timed: Sequence[tuple[float, Mapping[str, float]]],
 def _run_title(record: Mapping[str, Any]) -> str:
     command = list(record.get("command") or [])
     shown = " ".join(["rlperf", *command[1:]]) if command else ""
-    cfg = record.get("config") or {}
+    env, train = config_section(record, "env"), config_section(record, "train")
     knobs = ", ".join(f"{k}={v}" for k, v in (
-        ("envs", (cfg.get("env") or {}).get("num_envs")), ("train_ratio", (cfg.get("train") or {}).get("train_ratio")),
-        ("learning_starts", (cfg.get("train") or {}).get("learning_starts"))) if v is not None)
+        ("envs", env.get("num_envs")), ("train_ratio", train.get("train_ratio")),
+        ("learning_starts", train.get("learning_starts"))) if v is not None)
     config = f"{shown[:110] + '…' if len(shown) > 111 else shown}" + (f"  [{knobs}]" if knobs else "")
     status = f"{record.get('kind', 'run')}, {record.get('status', '?')}"
     return f"{record.get('name', 'run')} ({status})\n{config}\n{_machine(record)}"

@@ -101,10 +101,17 @@ def episode_split(intervals: Sequence[Mapping[str, Any]], parts: int = 4, start_
     return {"first": a, "last": b, "growth": growth, "parts": parts, "from_env_steps": start}
 
 
+def config_section(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A section of a record's config (``train``, ``env``...), or an empty one: a PhaseTimer record's
+    config is whatever the script passed, a flat ``vars(args)`` with ``env="CartPole-v1"`` included."""
+    cfg = record.get("config")
+    section = cfg.get(name) if isinstance(cfg, Mapping) else None
+    return section if isinstance(section, Mapping) else {}
+
+
 def training_start(record: Mapping[str, Any]) -> int:
     """Env steps after which a run's loop trains steadily: the replay's fill and the timer's warm-up done."""
-    cfg = record.get("config") or {}
-    train, env, buffer = cfg.get("train") or {}, cfg.get("env") or {}, cfg.get("buffer") or {}
+    train, env, buffer = (config_section(record, name) for name in ("train", "env", "buffer"))
     n = int(env.get("num_envs") or 1)
     fill = max(int(train.get("learning_starts") or 0), int(buffer.get("batch_size") or 0))
     timing = record.get("timing") or {}
