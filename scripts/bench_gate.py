@@ -1,7 +1,7 @@
 """The CI gate's error rates on this machine: false alarms on identical code, detection of a planted slowdown.
 
     python scripts/bench_gate.py [--config smoke] [--steps 8000] [--repeats 7] [--trials 20] [--threshold 5]
-                                 [--plant 0.15] [--metric step-p25] [--json] [--out FILE]
+                                 [--plant 0.15] [--plant-every 1] [--metric step-p25+mean] [--json] [--out FILE]
 
 Each trial is one verdict of the gate on records, given the way the README's CI example gives them:
 ``--repeats`` runs a side, interleaved (baseline, candidate, baseline, ...) into ``base/`` and
@@ -14,6 +14,8 @@ kinds of trial, alternated so that the machine's state falls on both:
   in more CPU work (a spin on the thread's CPU clock), so on a machine it has to itself it takes
   ``(1 + plant)`` × the baseline's time per env step: a ``plant`` (15%) slowdown made of work, as a
   regression in the code would be (the gate's reading of "15% slower"). A "fail" is a detection (target ≥ 90%).
+  With ``--plant-every N`` only every N-th step gets it, N times as much (the same mean slowdown):
+  an update every fourth step that got slower, which the p25 step does not see.
 
 Reported: the false-alarm and detection rates with their Clopper–Pearson 95% intervals, the
 estimated slowdowns, and the wall time per verdict. ``--quick`` runs 2 trials of each kind on
@@ -43,20 +45,25 @@ from rlperf.run.common import thread_settings_restored
 from rlperf.run.lifecycle import RunHooks, train_run
 
 
-def planting(fraction: float) -> Any:
+def planting(fraction: float, every: int = 1) -> Any:
     """A compare runner that adds ``fraction`` × each of the candidate's vector steps' CPU time in more
-    CPU work: ``1 + fraction`` times the baseline's time per step on a machine it has to itself."""
+    CPU work: ``1 + fraction`` times the baseline's time per step on a machine it has to itself
+    (``every``: after every ``every``-th step only, ``every`` × as much, timed over those steps)."""
     extra = fraction
 
     def runner(label: str, cfg: Any, **kwargs: Any) -> Any:
         if label != "candidate":
             return train_run(cfg, **kwargs)
         last = [time.thread_time()]
+        count = [0]
 
         def on_step() -> None:
             # Sized and spent in this thread's CPU time, not wall time: on a loaded machine wall time
             # includes waiting for a CPU, and a wait (sleep or wall-clock spin) would be scheduled
             # differently from work. This is work, as a regression in the code would be.
+            count[0] += 1
+            if count[0] % every:
+                return
             now = time.thread_time()
             end = now + extra * (now - last[0])
             while time.thread_time() < end:
@@ -117,7 +124,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="verdicts of each kind")
     parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower, in percent")
     parser.add_argument("--plant", type=float, default=0.15, help="the planted slowdown (0.15 = 15%%)")
-    parser.add_argument("--metric", default="step-p25", choices=gate.METRICS)
+    parser.add_argument("--plant-every", type=int, default=1, help="plant after every N-th vector step only (N x as much)")
+    parser.add_argument("--metric", default=gate.DEFAULT_METRIC, choices=gate.METRICS)
     parser.add_argument("--threads", type=int, default=1, help="run.threads of every run")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true")
@@ -127,7 +135,7 @@ def main() -> None:
         args.steps, args.repeats, args.trials = 640, 4, 2
     cfg = config_from(args.config, [f"run.threads={args.threads}", "train.checkpoint=false"], steps=args.steps)
     threshold = args.threshold / 100
-    kinds = {"identical": None, "planted": planting(args.plant)}
+    kinds = {"identical": None, "planted": planting(args.plant, args.plant_every)}
     verdicts: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="rlperf-gate-") as tmp:
         for trial in range(args.trials):
@@ -140,7 +148,8 @@ def main() -> None:
     results: dict[str, Any] = {
         "machine": machine_info(),
         "settings": {"config": args.config, "steps": args.steps, "repeats": args.repeats, "trials": args.trials,
-                     "threshold": threshold, "plant": args.plant, "metric": args.metric, "threads": args.threads},
+                     "threshold": threshold, "plant": args.plant, "plant_every": args.plant_every, "metric": args.metric,
+                     "threads": args.threads},
         "test": gate.TEST,
     }
     for kind, vs in verdicts.items():
@@ -156,7 +165,8 @@ def main() -> None:
         return
     print(f"\n{machine_line(results['machine'], args.threads)}")
     print(f"{args.config} config, {args.steps:,} env steps a run, {args.repeats} runs a side, threshold "
-          f"{args.threshold:g}%, metric {args.metric}, planted slowdown {100 * args.plant:g}%")
+          f"{args.threshold:g}%, metric {args.metric}, planted slowdown {100 * args.plant:g}%"
+          + (f" on every {args.plant_every}th step" if args.plant_every > 1 else ""))
     for kind, label in (("identical", "false alarms (identical configs)"), ("planted", "detections (planted slowdown)")):
         r = results[kind]
         print(f"{label}: {r['fail']}/{r['trials']} = {100 * r['rate']:.0f}% (95% CI {100 * r['rate_ci95'][0]:.0f}–"

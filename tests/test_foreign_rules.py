@@ -206,7 +206,7 @@ def test_a_progress_bar_redrawn_with_new_values_every_step_is_logging(tmp_path: 
             bar.update(1)
     """
     f = check_first(*advise(tmp_path, body), "logging")
-    assert "600 print/logging/writer calls" in f.evidence, f.evidence
+    assert "600 print/logging/writer/file-write calls" in f.evidence, f.evidence
 
 
 def test_a_normalizer_looping_over_an_arrays_shape_is_preprocessing_not_shaping(tmp_path: Path) -> None:
@@ -305,6 +305,52 @@ def test_logging_counts_the_metrics_computed_only_to_be_logged(tmp_path: Path) -
     assert "serve only the logs (train.py:" in f.estimate, f.estimate
     (tmp_path / "clean").mkdir()
     findings, _, _ = advise(tmp_path / "clean", LOGGED_METRICS.replace("EVERY", "100"))
+    assert not findings, [(x.id, x.where) for x in findings]
+
+
+def test_a_natively_batched_gymnasium_env_stepped_through_time_is_no_finding(tmp_path: Path) -> None:
+    # CartPoleVectorEnv (gymnasium.envs, not gymnasium.vector) steps all its envs in one call: an ES
+    # script's rollout stepping it 100 times per call read "steps 506 single envs per call of rollout"
+    body = """
+    import gymnasium as gym
+    envs = gym.make_vec("CartPole-v1", num_envs=64, vectorization_mode="vector_entry_point")
+    def rollout():
+        envs.reset(seed=0)
+        total = 0.0
+        for t in range(100):
+            obs, r, term, trunc, _ = envs.step(np.zeros(64, dtype=np.int64))
+            total += float(r.sum())
+        return total
+    for generation in range(40):
+        rollout()
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert not [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
+
+
+CSV_LOGGER = """
+import csv, os, tempfile
+folder = tempfile.mkdtemp()
+env = Env()
+rows = []
+for t in range(200):
+    state, reward, done = env.step(None)
+    rows.append({"t": t, "reward": float(reward.mean())})
+    if len(rows) >= EVERY:
+        with open(os.path.join(folder, "metrics.csv"), "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=["t", "reward"]).writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())  # planted
+        rows.clear()
+"""
+
+
+def test_a_homemade_csv_log_forced_to_disk_every_step_is_logging(tmp_path: Path) -> None:
+    # a MetricsLogger that appends a row and fsyncs it every step: 44% of a PPO script was no finding
+    f = check_first(*advise(tmp_path, CSV_LOGGER.replace("EVERY", "1")), "logging")
+    assert "file-write calls" in f.evidence, f.evidence
+    (tmp_path / "clean").mkdir()
+    findings, _, _ = advise(tmp_path / "clean", CSV_LOGGER.replace("EVERY", "100"))
     assert not findings, [(x.id, x.where) for x in findings]
 
 

@@ -24,6 +24,7 @@ script, the finding is ``hot_spot``, never a clean bill.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import os
 import re
@@ -708,6 +709,9 @@ def busy_wait(ev: Evidence) -> Finding | None:
 
 
 LOG_CALLS = (("debug", "info", "warning", "error", "critical", "log", "exception"), "logging/__init__.py")
+FILE_WRITES = ("posix.fsync", "posix.fdatasync", "posix.replace", "posix.rename", "'writerow' of '_csv.",
+               "'writerows' of '_csv.")
+"""Builtins that write a log of your own: a CSV row, a file forced to disk, an atomic rename."""
 WRITERS = ("tensorboard/writer.py", "tensorboardX/writer.py", "wandb/")
 
 
@@ -720,6 +724,9 @@ def logging_rule(ev: Evidence) -> Finding | None:
     keys += [k for k in p.raw if any(w in k[0].replace(os.sep, "/") for w in WRITERS) and k[2].startswith(("add_", "log"))]
     keys += [k for k in p.keys(builtin="of '_io.") if "'write'" in k[2] or "'flush'" in k[2]]
     keys += [k for k in p.keys(path="tqdm/") if k[2] in PROGRESS_CALLS]
+    # a log of your own: rows written to a file and forced to disk, made directly by your code (a
+    # checkpoint's writes are torch.save's or pickle's, below them)
+    keys += [k for b in FILE_WRITES for k in p.keys(builtin=b)] + p.keys("dump", "json/__init__.py")
     logs = p.edges(keys)
     n_logs, _ = _total(logs)
     if n_logs / steps[0] < 0.5:
@@ -739,8 +746,8 @@ def logging_rule(ev: Evidence) -> Finding | None:
     where = p.where(top.caller, top.callee)
     block = _log_block(p, logs)
     measured = (f"the log calls' and their reads' measured {seconds_short(seconds)} (cProfile, at their call sites)")
-    evidence = (f"{n_logs:,} print/logging/writer calls{_per_step(n_logs, steps)} and {n_reads:,} reads of tensor values "
-                f"for them took {_share(p, seconds)}; the costliest call site is {where}")
+    evidence = (f"{n_logs:,} print/logging/writer/file-write calls{_per_step(n_logs, steps)} and {n_reads:,} reads of "
+                f"tensor values for them took {_share(p, seconds)}; the costliest call site is {where}")
     if block is not None and block[0] > seconds:
         seconds, what = block
         measured = f"{what}: {seconds_short(seconds)}"
@@ -962,7 +969,7 @@ def env_backend(ev: Evidence) -> Finding | None:
     p = ev.p
     if p is None:
         return None
-    vector = [k for k in p.keys("step") if "gymnasium/vector/" in k[0].replace(os.sep, "/")]
+    vector = [k for k in p.keys("step") if "gymnasium/vector/" in k[0].replace(os.sep, "/") or _vector_class_method(k)]
     # a step of one env: not a vector env's, not torch's (an optimizer), not a wrapper of a vector env
     single = [k for k in p.keys("step") if k not in vector and "torch/" not in k[0].replace(os.sep, "/")
               and not _reaches(p, k, set(vector), depth=3)]
@@ -977,10 +984,13 @@ def env_backend(ev: Evidence) -> Finding | None:
         # Several single-env steps per iteration of the loop: per call of a vector env, or of a helper
         # called every iteration, or (the loop itself, called once) per step the phase timer counted.
         per_iteration = inner / calls if "sync_vector_env" in fn[0] or calls >= 2 else (inner / timed if timed else 0)
-        if not calls or per_iteration < 4 or min(cum, stepping) < 0.3 * p.total:
+        # SyncVectorEnv.step is all stepping one by one (its loop, the wrappers, the stacking of the
+        # results); a helper of yours around single envs may do other work too: their steps' time only
+        spent = cum if "sync_vector_env" in fn[0] else min(cum, stepping)
+        if not calls or per_iteration < 4 or spent < 0.3 * p.total:
             continue
-        if best is None or stepping > best[2]:
-            best = (fn, per_iteration, min(cum, stepping))
+        if best is None or spent > best[2]:
+            best = (fn, per_iteration, spent)
     if best is None:
         return None
     fn, per_call, cum = best
@@ -999,6 +1009,32 @@ def env_backend(ev: Evidence) -> Finding | None:
         cum * (1 - 1 / per_call),
         f"the single envs' steps' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
         f"what one env's step costs", where=where, command=demo("env_backend"))
+
+
+@functools.cache
+def _vector_class_method(key: Key) -> bool:
+    """Whether ``key`` (a function's file, first line, name) is a method of a class whose bases name a
+    vector env (``class CartPoleVectorEnv(VectorEnv)``, gymnasium's own batched envs, or yours): its
+    step is one batched step, not one env's. Read from the file's source, once a file."""
+    classes = _vector_classes(key[0])
+    return any(first <= key[1] <= last for first, last in classes)
+
+
+@functools.cache
+def _vector_classes(file: str) -> tuple[tuple[int, int], ...]:
+    """The line spans of the classes in ``file`` that derive from a ``...VectorEnv`` by name."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return ()
+    def name(base: ast.expr) -> str:
+        while isinstance(base, ast.Subscript):  # VectorEnv[ObsType, ActType, ArrayType]
+            base = base.value
+        return base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+
+    return tuple((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
+                 if isinstance(node, ast.ClassDef) and any(name(b).endswith("VectorEnv") for b in node.bases))
 
 
 def _reaches(p: ScriptProfile, key: Key, targets: set[Key], depth: int) -> bool:

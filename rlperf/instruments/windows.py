@@ -51,6 +51,10 @@ from typing import Any
 from rlperf.system import open_schedstat, run_queue_s
 
 Key = tuple[str, int, str]
+_SUSPENDS = 0x20 | 0x80 | 0x100 | 0x200
+"""Code flags of frames that yield (``inspect.CO_GENERATOR``, ``CO_COROUTINE``, ``CO_ITERABLE_COROUTINE``,
+``CO_ASYNC_GENERATOR``; inspect itself is not imported into the profiled process): such a frame lives on
+while suspended."""
 Table = dict[Key, tuple]  # pstats' raw table: key -> (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)})
 
 WHOLE_S = 0.5
@@ -59,6 +63,9 @@ count): its start-up and first steps exact, the rest in windows (``rlperf profil
 inf``: all of it exact). On the corpus of BENCHMARKS.md the advisor reads the windowed tables as it
 reads whole ones (every planted bottleneck named first, no finding on a clean loop) whether the
 first 2, 0.5 or 0.2 s are whole; each second whole costs a Python-heavy loop up to another second."""
+FIRST_WALL_MAX = 4.0
+"""The whole first part's wall time at most, in :data:`WHOLE_S` (its work is counted less the time the
+script's thread waited for a CPU: on a machine that busy, windows after four times as long)."""
 ON_S = 0.05
 """Seconds of one window after the first :data:`WHOLE_S` (short and many: a window that falls on
 something rare weighs little)."""
@@ -72,6 +79,10 @@ cost: scaled as a window it would read as the loop's work)."""
 
 WATCH_S = 0.05
 """Seconds between two looks at which frames of a part's stack still run (see :meth:`WindowedProfiler._watch`)."""
+
+LOOK_RACE_S = 0.02
+"""A look this recent at the run's end may have seen the moment after the loop returned (four GIL
+switch intervals); the look before it counts too."""
 
 
 MAX_SLOWDOWN = 3.0
@@ -104,13 +115,15 @@ class WindowedProfiler:
         self._schedstat: Any = None  # the profiled thread's /proc schedstat, open (Linux)
         self.stacks: list[Stack] = []
         self._stack: list[Any] = []  # the frames running when the current part opened, outermost first
-        self._alive: set[int] = set()  # those of them seen running at one of the last two looks (rlperf-stack-watch)
-        self._seen: set[int] = set()  # those of them seen running at the last look
+        self._alive: set[int] = set()  # those of them seen running at the last look (rlperf-stack-watch)
+        self._before: set[int] = set()  # and at the look before it
+        self._looked = 0.0  # when the last look was (perf_counter)
         self._watcher: threading.Thread | None = None
         self._done = threading.Event()  # set at stop: the watcher ends without waiting out its sleep
         self.windowing = False
         self.rng = random.Random(0)
         self._recorded: tuple[Table, list[Table], list[Table]] | None = None
+        self.scale_used: float | None = None  # the windows' scale in the table (at most the time that went by)
         self._thread = 0
         self._imports: tuple[Any, Any] | None = None  # builtins.__import__ and importlib.import_module, ours replaced
         self._theirs: dict[str, bool] = {}  # top-level package -> not your code (its imports pause cProfile)
@@ -192,16 +205,25 @@ class WindowedProfiler:
     def _ended(self, frame: Any, seconds: float) -> Stack:
         """The stack the part opened on, each frame alive or not at its end (``frame``: None, the run's
         end, when every frame has returned: those the watcher last saw running count as alive)."""
-        alive = {id(f) for f in _frames(frame)} if frame is not None else self._alive
-        stack = [(_key(f.f_code), id(f) in alive) for f in self._stack]
+        if frame is not None:
+            alive = {id(f) for f in _frames(frame)}
+        elif perf_counter() - self._looked < LOOK_RACE_S:
+            # the last look may have come between the loop's return and this end (a GIL switch away):
+            # a frame seen at the look before it ran on to the end too (1 run in 5 on a loaded machine, before)
+            alive = self._alive | self._before
+        else:
+            alive = self._alive
+        # a generator's frame held at the open runs only to its next yield: each resumption after it is
+        # a call cProfile records (the frame does not run through the part, however long it lives)
+        stack = [(_key(f.f_code), id(f) in alive and not f.f_code.co_flags & _SUSPENDS) for f in self._stack]
         # the frames are held until here: a new frame cannot take a held one's id
-        self._stack, self._alive, self._seen = [], set(), set()
+        self._stack, self._alive, self._before = [], set(), set()
         return stack, seconds
 
     def _held(self, frame: Any) -> None:
         """Hold the stack a part opens on (outermost first), and watch which of its frames keep running."""
         self._stack = list(reversed(_frames(frame)))
-        self._alive = self._seen = {id(f) for f in self._stack}
+        self._alive = self._before = {id(f) for f in self._stack}
         if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, name="rlperf-stack-watch", daemon=True)
             self._watcher.start()
@@ -209,17 +231,15 @@ class WindowedProfiler:
     def _watch(self) -> None:
         """Which frames of the current part's stack still run, every :data:`WATCH_S` seconds: at the
         run's end every frame has returned, and one that returned long before (the call that made a
-        lazy import) must not be taken for one that ran to the end (the loop). A frame counts as
-        returned once two looks in a row missed it: the last look may come in the moment between the
-        loop's return and the run's end (1 run in 5 on a loaded machine, before)."""
+        lazy import) must not be taken for one that ran to the end (the loop)."""
         while not self._done.wait(WATCH_S):
             stack = self._stack
             frame = sys._current_frames().get(self._thread)
             if stack and frame is not None:
                 running = {id(f) for f in _frames(frame)}
                 if stack is self._stack:  # the part did not end meanwhile
-                    seen = {id(f) for f in stack} & running
-                    self._alive, self._seen = seen | self._seen, seen
+                    self._alive, self._before = {id(f) for f in stack} & running, self._alive
+                    self._looked = perf_counter()
             del stack, frame  # the script's frames are not held across the wait (see LineSampler._run)
 
     def _tick(self, signum: int, frame: Any) -> None:
@@ -227,6 +247,14 @@ class WindowedProfiler:
             signal.setitimer(signal.ITIMER_REAL, WAIT_S)  # profiled whole, or not at all, till it ends
             return
         if self.state == "first":  # a window at once: a run that ends before the next one is scaled too
+            now = perf_counter()
+            wall = self.timed["first"] + now - self.since
+            waited = self.waited["first"] + max((run_queue_s(self._schedstat) or 0.0) - self.since_waited, 0.0)
+            if wall - waited < self.whole_s - 1e-3 and wall < FIRST_WALL_MAX * self.whole_s:
+                # seconds of work, not of waiting for a CPU that other processes held: on a loaded machine
+                # the same first steps are whole (a planted env loop was windowed, misread, 4 runs in 6)
+                signal.setitimer(signal.ITIMER_REAL, max(self.whole_s - (wall - waited), 1e-3))
+                return
             assert self.current is not None
             self.current.disable()
             self._close(perf_counter(), frame)
@@ -382,7 +410,15 @@ class WindowedProfiler:
             window = {k: (*v[:4], dict(v[4])) for k, v in table.items()}  # stitched in place: the record stays
             stitch(window, [stack], exact, calls_by_name)
             _add(stitched, window)
-        return merge(exact, stitched, self.scale(_add({}, *recorded), call_cost))
+        scale = self.scale(_add({}, *recorded), call_cost)
+        # The windows cannot hold more time than they lasted: stitching gives the stacks' frames the time
+        # they were seen running, and a generator's frame suspended between its yields (a loop that mostly
+        # sleeps) made the table up to 1.5x the run before.
+        stitched_s = sum(v[2] for v in stitched.values())
+        if stitched_s > self.timed["on"] > 0:
+            scale *= self.timed["on"] / stitched_s
+        self.scale_used = scale
+        return merge(exact, stitched, scale)
 
     def scale(self, windows: Table, call_cost: float) -> float:
         """The work between windows and in them over the work in them (each window's time less the
@@ -408,7 +444,7 @@ class WindowedProfiler:
                                "imports_s": self.timed["imports"]}
         if self.stacks:
             out.update(windows=len(self.stacks), on_s=self.timed["on"], off_s=self.timed["off"],
-                       scale=self.scale(windows, call_cost))
+                       scale=self.scale_used if self.scale_used is not None else self.scale(windows, call_cost))
         return out
 
 
