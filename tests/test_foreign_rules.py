@@ -43,8 +43,9 @@ class Env:
 """
 
 
-def advise(tmp_path: Path, body: str) -> tuple[list[Finding], float, int]:
-    """Run ENV + ``body`` as train.py under the instruments; (findings, script seconds, planted line)."""
+def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None) -> tuple[list[Finding], float, int]:
+    """Run ENV + ``body`` as train.py under the instruments; (findings, script seconds, planted line).
+    ``steps``: the loop's steps as rlperf profile counted them (else from the env's step calls)."""
     source = textwrap.dedent(ENV) + textwrap.dedent(body)
     script = tmp_path / "train.py"
     script.write_text(source)
@@ -70,7 +71,7 @@ def advise(tmp_path: Path, body: str) -> tuple[list[Finding], float, int]:
         torch.set_num_threads(threads)
     calls = CallStats(pstats.Stats(profiler), own=own)
     record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}}}
-    findings = advise_script(record, calls, monitor.to_dict(), script_steps(record, calls), hooks)
+    findings = advise_script(record, calls, monitor.to_dict(), steps or script_steps(record, calls), hooks)
     return findings, ScriptProfile(calls).total, planted
 
 
@@ -493,6 +494,63 @@ def test_polling_sleeps_are_busy_waiting(tmp_path: Path) -> None:
             ready += 0.5
     """
     check_first(*advise(tmp_path, body), "busy_wait")
+
+
+def test_many_updates_per_loop_iteration_are_not_per_env_step(tmp_path: Path) -> None:
+    # a learner fed by an actor thread (its env steps unseen): 8 updates per iteration of its loop are
+    # no evidence of 8 per env step; the same loop stepping an env is
+    body = """
+    import torch
+    q = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(q.parameters(), lr=0.01)
+    def learn():
+        loss = q(torch.randn(32, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    env = Env()
+    for it in range(60):
+        if STEP:
+            env.step(None)
+        for _ in range(8):  # planted
+            learn()
+    """
+    basis = "iterations of the loop in train.py:30 (<module>) (2 functions it calls ran 60 times each)"
+    findings, _, _ = advise(tmp_path, body.replace("STEP", "False"), steps=(60, basis))
+    assert not [f for f in findings if f.id == "update_ratio"], [(f.id, f.evidence) for f in findings]
+    (tmp_path / "env").mkdir()
+    check_first(*advise(tmp_path / "env", body.replace("STEP", "True")), "update_ratio")
+
+
+QUEUE_LEARNER = """
+import queue, threading, time
+q = queue.Queue(64)
+def actor():
+    env = Env()
+    for t in range(300):
+        state, reward, done = env.step(None)
+        time.sleep(0.001)  # the env's own pace (a simulator, a robot)
+        q.put(state)
+    q.put(None)
+threading.Thread(target=actor, daemon=True).start()
+env = Env()  # the loop's steps: one per transition the learner takes
+while True:
+    while SPIN and q.empty():  # planted
+        pass
+    item = q.get()
+    if item is None:
+        break
+    env.step(None)
+"""
+
+
+def test_a_learner_blocked_on_its_actors_queue_is_not_busy_waiting(tmp_path: Path) -> None:
+    # the fixed twin of a SAC learner that spun on q.empty(): its blocking q.get() waits inside
+    # threading's Condition.wait, which counted as a lock wait (a finding on the fix itself)
+    findings, _, _ = advise(tmp_path, QUEUE_LEARNER.replace("SPIN", "False"))
+    assert not [f for f in findings if f.id == "busy_wait"], [(f.id, f.where, f.evidence) for f in findings]
+    (tmp_path / "spin").mkdir()
+    check_first(*advise(tmp_path / "spin", QUEUE_LEARNER.replace("SPIN", "True")), "busy_wait")
 
 
 def test_resetting_every_step_is_named(tmp_path: Path) -> None:

@@ -453,7 +453,9 @@ def host_copy(ev: Evidence) -> Finding | None:
 def update_ratio(ev: Evidence) -> Finding | None:
     """Many optimizer steps per env step (docs/bottlenecks.md §3)."""
     p, steps = ev.p, ev.steps
-    if p is None or steps is None:
+    # Env steps counted: the timer's, or an env's step calls. A loop's iterations are not env steps
+    # (a learner fed by an actor thread ran 50,706 iterations, its print block's 52 were taken for them).
+    if p is None or steps is None or steps[1].startswith("iterations of the loop"):
         return None
     updates = _optimizer_steps(p)
     ratio = updates / steps[0]
@@ -630,17 +632,17 @@ def _per_sample_loop(ev: Evidence, site: Mapping[str, Any]) -> tuple[str, float]
 
 def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, depth: int = 0, min_calls: int = 2,
                    keep: tuple[Callable[[int], float], str] | None = None, min_share: float = 0.1,
-                   site: Callable[[Edge], bool] = lambda e: True) -> Finding | None:
+                   site: Callable[[Edge], bool] = lambda e: True, direct: list[Key] | None = None) -> Finding | None:
     """The common form of a rule over library calls made from your code: their measured time is the
     saving, less what the fix keeps (``keep``: the share kept as a function of the calls, and why),
     charged to the costliest call site.
     ``min_share``: the share of the script the calls must hold (a clean loop makes the same calls in
     small doses: a render every few hundred episodes, a checkpoint at the end); ``site``: which call
-    sites count."""
+    sites count; ``direct``: keys that count only when your code calls them itself (depth 0)."""
     p = ev.p
     if p is None:
         return None
-    edges = [e for e in p.edges(keys, depth) if site(e)]
+    edges = [e for e in p.edges(keys, depth) + p.edges(direct or []) if site(e)]
     n, seconds = _total(edges)
     if n < min_calls or not edges or seconds < min_share * p.total:
         return None
@@ -703,9 +705,12 @@ def busy_wait(ev: Evidence) -> Finding | None:
         return None
     keys = p.keys(builtin="time.sleep") + p.keys(builtin="'acquire' of '_thread")
     for name, path in (("empty", "queue"), ("qsize", "queue"), ("poll", "multiprocessing/connection.py"),
-                       ("is_set", "threading.py"), ("wait", "threading.py")):
+                       ("is_set", "threading.py")):
         keys += p.keys(name, path)
-    return _calls_charged(ev, "busy_wait", keys, "sleep / poll / lock-wait calls", depth=1, min_calls=10, min_share=0.1)
+    # A condition's or event's wait made by your code; not one inside a blocking queue.get(): that is the
+    # fix (a learner blocked on its actors' queue waits for data, it does not spin)
+    return _calls_charged(ev, "busy_wait", keys, "sleep / poll / lock-wait calls", depth=1, min_calls=10, min_share=0.1,
+                          direct=p.keys("wait", "threading.py"))
 
 
 LOG_CALLS = (("debug", "info", "warning", "error", "critical", "log", "exception"), "logging/__init__.py")
