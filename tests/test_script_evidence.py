@@ -162,6 +162,52 @@ def test_a_functional_env_without_a_timer_gets_its_step_count_from_the_loop(tmp_
         assert steps["count"] == 300, steps
 
 
+QUEUE_FED_LOOP = """
+    import queue, threading, time
+
+    def produce(q, n):  # an actor thread: its env steps are in a thread cProfile does not see
+        for i in range(n):
+            q.put((i, float(i % 3)))
+        q.put(None)
+
+    class Buffer:
+        def __init__(self):
+            self.items = []
+
+        def add(self, item):
+            self.items.append(item)
+
+    def main():
+        q, buffer, started = queue.Queue(256), Buffer(), time.time()
+        threading.Thread(target=produce, args=(q, 6000), daemon=True).start()
+        seen, stats = 0, []
+        while True:
+            item = q.get()
+            if item is None:
+                break
+            buffer.add(item)
+            seen += 1
+            if seen % 1000 == 0:  # a report every 1,000: three calls that share a count
+                stats.append(len(buffer.items))
+                print(seen, time.time() - started, sum(stats))
+                stats.clear()
+
+    main()
+"""
+
+
+def test_the_loops_steps_are_what_it_does_every_iteration_not_a_report_block(tmp_path: Path) -> None:
+    # a learner fed by a queue: the report block's time(), append(), clear() and print() (6 calls each)
+    # outnumbered the body's q.get() and buffer.add() (6,001 and 6,000): "6 steps", and every per-step
+    # rule read 1,000 times too much
+    script = tmp_path / "queue_fed.py"
+    script.write_text(textwrap.dedent(QUEUE_FED_LOOP))
+    proc = profile(tmp_path, "--json", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = json.loads(proc.stdout)["script"]["steps"]
+    assert steps["basis"].startswith("iterations of the loop in queue_fed.py:") and steps["count"] >= 6000, steps
+
+
 @pytest.mark.parametrize(("how", "code", "killed_by"), [
     ("os.kill(os.getpid(), signal.SIGKILL)", 137, "SIGKILL"),
     ("import ctypes; ctypes.string_at(0)", 139, "SIGSEGV"),

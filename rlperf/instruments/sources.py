@@ -205,6 +205,33 @@ class Sources:
                 bind(node.target, node.value)
         return frozenset(names)
 
+    def loop_body_calls(self, key: Key) -> frozenset[str]:
+        """The names ``key``'s outermost loops call on every iteration: in their bodies, not under an
+        ``if``, a ``match`` or an ``except``, and not in a loop inside them (whose calls repeat)."""
+        node = self.function(key)
+        if node is None:
+            return frozenset()
+        names: set[str] = set()
+
+        def visit(n: ast.AST, looping: bool, conditional: bool) -> None:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    continue
+                if isinstance(child, ast.Call) and looping and not conditional:
+                    f = child.func
+                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    if name:
+                        names.add(name)
+                if isinstance(child, _LOOPS):
+                    if not looping:
+                        visit(child, True, False)
+                    continue
+                visit(child, looping, conditional or (looping and isinstance(
+                    child, (ast.If, ast.IfExp, ast.ExceptHandler, ast.match_case))))
+
+        visit(node, False, False)
+        return frozenset(names)
+
     def loops(self, key: Key) -> list[tuple[int, int, str]]:
         """The loops in ``key``'s function: (nesting depth, line, source text), deepest first."""
         node = self.function(key)
