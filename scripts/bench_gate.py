@@ -103,7 +103,7 @@ def one_verdict(cfg: Any, repeats: int, threshold: float, metric: str, runner: A
     # What a shell passes for base/*/ and cand/*/: the directories, sorted.
     argv = ["compare", *sorted(glob.glob(f"{out / 'baseline'}/*/")), "--candidate",
             *sorted(glob.glob(f"{out / 'candidate'}/*/")), "--fail-if-slower", f"{100 * threshold:g}%",
-            "--gate-metric", metric, "--json"]
+            "--gate-metric", metric, "--json", "--no-plot"]
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         try:

@@ -553,6 +553,73 @@ def test_a_learner_blocked_on_its_actors_queue_is_not_busy_waiting(tmp_path: Pat
     check_first(*advise(tmp_path / "spin", QUEUE_LEARNER.replace("SPIN", "True")), "busy_wait")
 
 
+EVAL_ENV = """
+import gymnasium as gym
+stats = np.random.default_rng(0).normal(size=(200_000, 4)).astype(np.float32)
+def make_eval_env():
+    env = gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
+    env.obs_rms.update(stats)  # primed from the dataset: the costly part of the build
+    return env
+def evaluate(env=None):
+    env = env or make_eval_env()
+    env.reset(seed=0)
+    for _ in range(20):
+        env.step(0)
+import torch
+q = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+opt = torch.optim.Adam(q.parameters())
+eval_env = None if REBUILD else make_eval_env()
+env = Env()
+obs = env.reset()
+for t in range(240):
+    obs, reward, done = env.step(None)
+    loss = q(torch.from_numpy(obs)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if t % 20 == 0:
+        evaluate(eval_env)  # planted
+"""
+
+
+def test_an_evaluation_episode_is_not_envs_stepped_one_by_one(tmp_path: Path) -> None:
+    # one env stepped through an episode, 20 steps a call: "steps 20 single envs per call of evaluate";
+    # a loop over a list of envs is (the second script)
+    body = """
+    import gymnasium as gym
+    eval_env = gym.make("CartPole-v1")
+    def evaluate():
+        eval_env.reset(seed=0)
+        for _ in range(20):
+            eval_env.step(0)
+    env = Env()
+    for t in range(240):
+        env.step(None)
+        if t % 20 == 0:
+            evaluate()
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert not [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
+    (tmp_path / "list").mkdir()
+    listed = body.replace("eval_env = gym.make(\"CartPole-v1\")", "envs = [gym.make(\"CartPole-v1\") for _ in range(20)]")
+    listed = listed.replace("eval_env.reset(seed=0)", "[e.reset(seed=0) for e in envs]").replace(
+        "for _ in range(20):\n            eval_env.step(0)", "for e in envs:\n            e.step(0)")
+    listed = listed.replace("if t % 20 == 0:", "if True:")  # every step: the envs' steps are most of the script
+    assert "for e in envs" in listed and "if True:" in listed
+    findings, _, _ = advise(tmp_path / "list", listed)
+    assert [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
+
+
+def test_an_eval_env_built_again_at_every_evaluation_is_env_construction(tmp_path: Path) -> None:
+    # an offline-RL script rebuilt its eval env (wrappers, a normalizer primed from its dataset) at every
+    # evaluation: 39% of the script, no finding (its make() calls themselves took next to nothing)
+    f = check_first(*advise(tmp_path, EVAL_ENV.replace("REBUILD", "True")), "env_reset")
+    assert "make_eval_env()" in f.evidence, f.evidence
+    (tmp_path / "once").mkdir()
+    findings, _, _ = advise(tmp_path / "once", EVAL_ENV.replace("REBUILD", "False"))
+    assert not findings, [(x.id, x.where, x.evidence) for x in findings]
+
+
 def test_resetting_every_step_is_named(tmp_path: Path) -> None:
     body = """
     class Slow(Env):

@@ -205,6 +205,37 @@ class Sources:
                 bind(node.target, node.value)
         return frozenset(names)
 
+    def steps_loop_items(self, key: Key, name: str = "step") -> bool | None:
+        """Whether ``key``'s function calls ``x.name(...)`` on an object a loop around the call picks
+        (``for env in envs: env.step(a)``, ``envs[i].step(...)`` in ``for i in ...``, a comprehension
+        over envs): a loop over envs, not one over time stepping one env. None: the source is unknown."""
+        node = self.function(key)
+        if node is None:
+            return None
+        found = False
+
+        def visit(n: ast.AST, bound: frozenset[str]) -> bool:
+            for child in ast.iter_child_nodes(n):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    continue
+                inner = bound
+                if isinstance(child, (ast.For, ast.AsyncFor)):
+                    inner = bound | set(_assigned_names(child.target))
+                elif isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                    inner = bound | {t for g in child.generators for t in _assigned_names(g.target)}
+                if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == name:
+                    nonlocal found
+                    found = True
+                    receiver = {x.id for x in ast.walk(child.func.value) if isinstance(x, ast.Name)}
+                    if receiver & bound:
+                        return True
+                if visit(child, inner):
+                    return True
+            return False
+
+        picked = visit(node, frozenset())
+        return picked if found else None
+
     def loop_body_calls(self, key: Key) -> frozenset[str]:
         """The names ``key``'s outermost loops call on every iteration: in their bodies, not under an
         ``if``, a ``match`` or an ``except``, and not in a loop inside them (whose calls repeat)."""
