@@ -582,6 +582,25 @@ for t in range(240):
 """
 
 
+def test_a_numpy_networks_target_copied_every_update_is_a_target_copy(tmp_path: Path) -> None:
+    # a DQN in NumPy (no torch optimizer to count updates by): copy.deepcopy of its weights every
+    # update was "a hot spot no rule knows"
+    body = """
+    import copy
+    net = {"w1": np.ones((256, 256)), "w2": np.ones((256, 64)), "history": [np.float64(i) for i in range(2000)]}
+    env = Env()
+    for t in range(300):
+        state, reward, done = env.step(None)
+        net["w1"] -= 1e-3 * state[:, :1].mean()
+        if t % EVERY == 0:
+            target = copy.deepcopy(net)  # planted
+    """
+    check_first(*advise(tmp_path, body.replace("EVERY", "1")), "target_copy")
+    (tmp_path / "clean").mkdir()
+    findings, _, _ = advise(tmp_path / "clean", body.replace("EVERY", "100"))
+    assert not [f for f in findings if f.id == "target_copy"], [(f.id, f.evidence) for f in findings]
+
+
 def test_an_evaluation_episode_is_not_envs_stepped_one_by_one(tmp_path: Path) -> None:
     # one env stepped through an episode, 20 steps a call: "steps 20 single envs per call of evaluate";
     # a loop over a list of envs is (the second script)

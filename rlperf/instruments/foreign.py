@@ -485,11 +485,15 @@ def target_copy(ev: Evidence) -> Finding | None:
     p = ev.p
     if p is None:
         return None
-    updates = _optimizer_steps(p)
+    updates, per = _optimizer_steps(p), "optimizer steps"
+    if updates < 10 and ev.steps is not None:  # no torch optimizer (a NumPy network): per step of the loop
+        updates, per = ev.steps[0], f"steps ({ev.steps[1]})"
     copies = p.edges(p.keys("load_state_dict", "torch/nn/modules/module.py") + p.keys("deepcopy", "copy.py"))
     copies = [e for e in copies if e.callee[2] == "load_state_dict" or e.seconds > 0]
-    n, _ = _total(copies)
+    n, copied_s = _total(copies)
     if updates < 10 or n < 0.5 * updates:
+        return None
+    if per != "optimizer steps" and copied_s < 0.1 * p.total:  # a deepcopy each step of something small
         return None
     callers = {e.caller for e in copies}
     # The state_dict() read that feeds each copy is part of it.
@@ -499,7 +503,7 @@ def target_copy(ev: Evidence) -> Finding | None:
     top = _top(copies)
     return finding(
         "target_copy",
-        f"{p.where(top.caller, top.callee)} copies a network {n_copies:,} times for {updates:,} optimizer steps; the "
+        f"{p.where(top.caller, top.callee)} copies a network {n_copies:,} times for {updates:,} {per}; the "
         f"copies took {_share(p, seconds)}",
         seconds * (1 - 1 / 100),
         f"the copies' measured {seconds_short(seconds)} (cProfile) × (1 − 1/100): one copy every 100 updates",
