@@ -409,3 +409,21 @@ def test_the_first_part_is_seconds_of_work_not_of_waiting_for_a_cpu(free_alarm: 
     waited = profiler.waited["first"]
     assert waited > 0.05 and profiler.timed["first"] - waited == pytest.approx(0.2, abs=0.06), profiler.timed
     assert profiler.timed["first"] > 0.3 and profiler.stacks  # longer in wall, and windows after it
+
+
+def test_a_window_holds_no_entry_longer_than_itself() -> None:
+    """An offline-RL script's window of 0.21 s recorded torch.from_numpy at 11.9 s (a C call left open
+    when an import inside it paused the window): scaled x9, it was most of the table."""
+    profiler = WindowedProfiler(whole_s=0.2)
+    main = ("train.py", 10, "main")
+    from_numpy = ("~", 0, "<built-in method torch.from_numpy>")
+    work = ("train.py", 20, "work")
+    first: dict = {main: (1, 1, 0.2, 0.2, {})}
+    window = {from_numpy: (1, 1, 11.9, 11.9, {main: (1, 1, 11.9, 11.9)}),
+              work: (40, 40, 0.15, 0.15, {main: (40, 40, 0.15, 0.15)})}
+    profiler._recorded = (first, [window], [])
+    profiler.stacks = [([(main, True)], 0.21)]
+    profiler.timed.update(first=0.2, on=0.21, off=1.69)
+    table = profiler.table(0.0)
+    assert table[from_numpy][2] <= 0.21 * profiler.scale_used + 1e-9
+    assert sum(v[2] for v in table.values()) <= 0.2 + (0.21 + 1.69) * 1.01, table

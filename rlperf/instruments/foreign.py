@@ -295,7 +295,9 @@ class ScriptProfile:
         is around it (or ``caller`` holds the loop), else the loop's call of ``caller`` (a save() helper
         called every step)."""
         looped = self.sources.enclosing_loop(caller[0], self.line(caller, callee)) is not None
-        return self.where(caller, callee) if looped or caller == self.loop_holder() else self.loop_where(caller)
+        if looped or caller == self.loop_holder() or self.loop_site(caller)[0] == caller:
+            return self.where(caller, callee)  # (no known caller of ``caller``: its call, not its def line)
+        return self.loop_where(caller)
 
     def loop_where(self, fn: Key) -> str:
         """``train.py:149 (main)``: the line of the loop that calls ``fn``."""
@@ -705,7 +707,7 @@ def env_reset(ev: Evidence) -> Finding | None:
     # Envs made while building the vector env (a lambda, a constructor) are set-up, not the loop.
     return _calls_charged(ev, "env_reset", keys + sorted(builders), "env reset() / make() calls", min_calls=10,
                           min_share=0.1, site=lambda e: e.caller[2] not in ("<lambda>", "__init__")
-                          and not (e.caller in builders and "make" in e.callee[2]))
+                          and not (e.caller in builders and e.callee[2] in ("make", "make_vec")))
 
 
 def busy_wait(ev: Evidence) -> Finding | None:
