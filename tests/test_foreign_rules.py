@@ -43,7 +43,8 @@ class Env:
 """
 
 
-def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None) -> tuple[list[Finding], float, int]:
+def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None,
+           call_cost: float = 0.0) -> tuple[list[Finding], float, int]:
     """Run ENV + ``body`` as train.py under the instruments; (findings, script seconds, planted line).
     ``steps``: the loop's steps as rlperf profile counted them (else from the env's step calls)."""
     source = textwrap.dedent(ENV) + textwrap.dedent(body)
@@ -68,6 +69,8 @@ def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None) -> t
                 sampler.stop()
     finally:
         hooks = forwards.collect() | {"line_samples": sampler.to_dict()}
+        if call_cost:
+            hooks["profiler_cost"] = {"per_call_s": call_cost}
         torch.set_num_threads(threads)
     calls = CallStats(pstats.Stats(profiler), own=own)
     record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}}}
@@ -551,6 +554,10 @@ def test_a_learner_blocked_on_its_actors_queue_is_not_busy_waiting(tmp_path: Pat
     assert not [f for f in findings if f.id == "busy_wait"], [(f.id, f.where, f.evidence) for f in findings]
     (tmp_path / "spin").mkdir()
     check_first(*advise(tmp_path / "spin", QUEUE_LEARNER.replace("SPIN", "True")), "busy_wait")
+    # a spin's time is the wait's, not net of cProfile's cost per call (millions of empty() calls at
+    # 0.34 us each left a SAC learner's spin at zero)
+    (tmp_path / "costly").mkdir()
+    check_first(*advise(tmp_path / "costly", QUEUE_LEARNER.replace("SPIN", "True"), call_cost=2e-6), "busy_wait")
 
 
 EVAL_ENV = """
