@@ -302,14 +302,20 @@ for t in range(300):
 """
 
 
+def check_every_step_and_clean(tmp_path: Path, template: str, finding_id: str) -> Finding:
+    """``template`` with EVERY = 1 names ``finding_id`` first (returned); with EVERY = 100, no finding."""
+    first = check_first(*advise(tmp_path, template.replace("EVERY", "1")), finding_id)
+    (tmp_path / "clean").mkdir()
+    findings, _, _ = advise(tmp_path / "clean", template.replace("EVERY", "100"))
+    assert not findings, [(x.id, x.where) for x in findings]
+    return first
+
+
 def test_logging_counts_the_metrics_computed_only_to_be_logged(tmp_path: Path) -> None:
     # the log call and its .item() read are cheap; the metric computed for it every step is not
-    f = check_first(*advise(tmp_path, LOGGED_METRICS.replace("EVERY", "1")), "logging")
+    f = check_every_step_and_clean(tmp_path, LOGGED_METRICS, "logging")
     assert "with the values computed only to be logged" in f.evidence, f.evidence
     assert "serve only the logs (train.py:" in f.estimate, f.estimate
-    (tmp_path / "clean").mkdir()
-    findings, _, _ = advise(tmp_path / "clean", LOGGED_METRICS.replace("EVERY", "100"))
-    assert not findings, [(x.id, x.where) for x in findings]
 
 
 def test_a_natively_batched_gymnasium_env_stepped_through_time_is_no_finding(tmp_path: Path) -> None:
@@ -351,11 +357,8 @@ for t in range(200):
 
 def test_a_homemade_csv_log_forced_to_disk_every_step_is_logging(tmp_path: Path) -> None:
     # a MetricsLogger that appends a row and fsyncs it every step: 44% of a PPO script was no finding
-    f = check_first(*advise(tmp_path, CSV_LOGGER.replace("EVERY", "1")), "logging")
+    f = check_every_step_and_clean(tmp_path, CSV_LOGGER, "logging")
     assert "file-write calls" in f.evidence, f.evidence
-    (tmp_path / "clean").mkdir()
-    findings, _, _ = advise(tmp_path / "clean", CSV_LOGGER.replace("EVERY", "100"))
-    assert not findings, [(x.id, x.where) for x in findings]
 
 
 def test_a_helper_that_only_logs_is_charged_its_whole_time(tmp_path: Path) -> None:

@@ -385,7 +385,6 @@ def test_a_generator_loop_that_mostly_sleeps_is_not_counted_twice(free_alarm: No
     (loop_,) = [v for k, v in table.items() if k[2] == "_sleepy_generator_loop"]
     assert rollout[2] < 0.1 * rollout[3], rollout  # its own time: nearly none; its sleeps are its children
     assert 0.6 * elapsed < rollout[3] < 0.95 * elapsed and loop_[3] > 0.9 * elapsed, (rollout, loop_, elapsed)
-    assert profiler.summary(0.0)["scale"] == profiler.scale_used
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"),
@@ -425,5 +424,5 @@ def test_a_window_holds_no_entry_longer_than_itself() -> None:
     profiler.stacks = [([(main, True)], 0.21)]
     profiler.timed.update(first=0.2, on=0.21, off=1.69)
     table = profiler.table(0.0)
-    assert table[from_numpy][2] <= 0.21 * profiler.scale_used + 1e-9
+    assert table[from_numpy][2] <= 0.21 * profiler.summary(0.0)["scale"] + 1e-9
     assert sum(v[2] for v in table.values()) <= 0.2 + (0.21 + 1.69) * 1.01, table

@@ -276,9 +276,9 @@ class _Session:
             data = self.gather(code, ended)
             if self.profiler is not None:
                 cost = float(((data.get("evidence") or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
+                data["cprofile"] = self.profiler.summary(cost)
                 by_name = _calls_by_name(self.roots) if self.profiler.stitched else None  # no parsing else
                 dump_table(self.profiler.table(cost, by_name), self.report.with_suffix(".prof"))
-                data["cprofile"] = self.profiler.summary(cost)  # after the table: the scale it used
             _write_json(self.report, data)
             if self.done_fd is not None:
                 with contextlib.suppress(OSError):  # rlperf gone: nobody to tell

@@ -123,7 +123,6 @@ class WindowedProfiler:
         self.windowing = False
         self.rng = random.Random(0)
         self._recorded: tuple[Table, list[Table], list[Table]] | None = None
-        self.scale_used: float | None = None  # the windows' scale in the table (at most the time that went by)
         self._thread = 0
         self._imports: tuple[Any, Any] | None = None  # builtins.__import__ and importlib.import_module, ours replaced
         self._theirs: dict[str, bool] = {}  # top-level package -> not your code (its imports pause cProfile)
@@ -416,8 +415,7 @@ class WindowedProfiler:
             # yields, given the window's time besides its resumptions': a sleepy loop read 1.2-1.5x the run)
             total = sum(v[2] for v in window.values())
             _add(stitched, _times(window, seconds / total) if total > seconds > 0 else window)
-        self.scale_used = self.scale(_add({}, *recorded), call_cost)
-        return merge(exact, stitched, self.scale_used)
+        return merge(exact, stitched, self.scale(_add({}, *recorded), call_cost))
 
     def scale(self, windows: Table, call_cost: float) -> float:
         """The work between windows and in them over the work in them (each window's time less the
@@ -443,7 +441,7 @@ class WindowedProfiler:
                                "imports_s": self.timed["imports"]}
         if self.stacks:
             out.update(windows=len(self.stacks), on_s=self.timed["on"], off_s=self.timed["off"],
-                       scale=self.scale_used if self.scale_used is not None else self.scale(windows, call_cost))
+                       scale=self.scale(windows, call_cost))
         return out
 
 
