@@ -34,6 +34,32 @@ def test_an_unknown_topic_is_one_line_exit_2(capsys) -> None:
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "buffer.push" in err
 
 
+def test_no_topic_lists_every_section_knob_and_finding_id_exit_0(capsys) -> None:
+    from rlperf.instruments.catalogue import CATALOGUE
+
+    code, out, err = run_cli(["explain"], capsys)
+    assert code == 0 and err == ""
+    numbered = sections()
+    for number, section in numbered.items():
+        assert f"§{number} " in out and section.title in out
+    words = set(re.findall(r"[\w.]+", out))
+    assert {k for s in numbered.values() for k in s.knobs} <= words and set(CATALOGUE) <= words
+
+
+@pytest.mark.parametrize(("topic", "expected"), [("hostcopy", "host_copy"), ("buffer.psh", "buffer.push"),
+                                                 ("garbage", "§13"), ("gc", "train.gc")])
+def test_an_unknown_topic_suggests_the_closest_section_knob_or_finding_id(topic: str, expected: str, capsys) -> None:
+    code, out, err = run_cli(["explain", topic], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "did you mean" in err and expected in err.partition("did you mean")[2]
+
+
+@pytest.mark.parametrize("topic", ["³", "①", "§²"])
+def test_a_digit_int_refuses_is_an_unknown_topic_not_a_traceback(topic: str, capsys) -> None:
+    code, out, err = run_cli(["explain", topic], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_every_finding_id_is_explained_from_the_catalogue(capsys) -> None:
     from rlperf.instruments.catalogue import CATALOGUE, section_for
 
