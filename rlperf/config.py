@@ -69,8 +69,9 @@ class RunConfig(BaseModel):
 
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for the envs, the network and ε-greedy, 0 to 2**63-1")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; auto picks cuda when available")
-    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch/OMP/MKL threads, up to 1024; 0 keeps the library "
-                         "default (docs/bottlenecks.md §14, rlperf explain 14)")
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="threads for every pool the run loads (torch, numba, "
+                         "BLAS/OpenMP), up to 1024; 0 = auto: 1 on the CPU, the libraries' defaults on CUDA "
+                         "(docs/bottlenecks.md §14, rlperf explain 14)")
     mode: Literal["sync", "async"] = Field("sync", description="sync = one loop; async = actor processes and a learner")
     timing: Literal["auto", "sync", "events", "off"] = Field(
         "auto", description="phase timer mode on CUDA; auto = events on CUDA, perf_counter on CPU"

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlperf import threads
 from rlperf.config import Config
 from rlperf.dqn import Agent, QNetwork, epsilon_at
 from rlperf.env.vector import VectorSnake
@@ -85,7 +86,7 @@ def actor_main(plan: Plan, index: int, incarnation: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the learner, which stops us in order
     terminated: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
-    torch.set_num_threads(1)
+    threads.apply(threads.Policy(1, "an actor steps its boards on one thread"))
     segment = Segment(plan.segment, plan.layout, create=False)
     slot = segment.arrays["slots"][index]
     code = 0

@@ -4,9 +4,7 @@ threads, seeds) and the result a run hands back."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,9 @@ from rlperf.config import Config
 from rlperf.device import resolve_device
 from rlperf.dqn import check_knobs
 from rlperf.env.plan import EnvPlan, plan_env
+from rlperf import threads
 from rlperf.errors import RlperfError
+from rlperf.fused_update import why_not_fused
 
 
 @dataclass
@@ -67,26 +67,17 @@ def check_run(cfg: Config) -> None:
 
 def prepare(cfg: Config) -> tuple[torch.device, EnvPlan]:
     """Resolve the device and the env (once per run: the env factory and the record read the plan),
-    refuse knobs that cannot apply, and apply ``run.threads``."""
+    refuse knobs that cannot apply, and cap every thread pool at ``run.threads`` (:mod:`rlperf.threads`;
+    call it from the thread that runs the loop, inside :func:`thread_settings_restored`)."""
     device, env = _refuse(cfg)
-    if cfg.run.threads > 0:
-        torch.set_num_threads(cfg.run.threads)
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(cfg.run.threads)
+    others = cfg.async_.actors if cfg.run.mode == "async" else 0
+    # The fused update's np.dot loads SciPy's BLAS on its first compile: loaded now, its pool is capped too.
+    preload = ("scipy.linalg.cython_blas",) if cfg.train.update != "torch" and why_not_fused(cfg, device) is None else ()
+    threads.apply(threads.choose(cfg.run.threads, device, other_processes=others), preload=preload)
     return device, env
 
 
-@contextlib.contextmanager
-def thread_settings_restored() -> Iterator[None]:
-    """``run.threads`` is a run's setting, not the process's from then on: restore torch's thread
-    count and the OMP/MKL variables when the run ends (so the next run of a sweep starts clean)."""
-    torch_threads = torch.get_num_threads()
-    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    try:
-        yield
-    finally:
-        torch.set_num_threads(torch_threads)
-        for key, value in env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def thread_settings_restored() -> contextlib.AbstractContextManager[None]:
+    """``run.threads`` is a run's setting, not the process's from then on: every pool's thread count is
+    restored when the run ends (so the next run of a sweep starts clean)."""
+    return threads.restored()

@@ -27,8 +27,9 @@ What differs from a sync run: ``train.train_ratio`` counts updates per *actor* v
 sync run's replay ratio; ``env.num_envs`` is not used (each actor steps ``envs_per_actor`` boards);
 the learner trains only when it is behind that ratio and otherwise waits, and it stops when the
 actors have reached the stop condition (a learner slower than the actors shows as fewer updates and
-a lower replay ratio in the record). With ``run.threads = 0`` the learner takes the cores the
-actors leave free. ε decays over env steps as in sync mode: actors that out-run a CPU learner reach
+a lower replay ratio in the record). With ``run.threads = 0`` the learner gets the count
+:func:`rlperf.threads.choose` picks (on CUDA, the cores the actors leave free). ε decays over env
+steps as in sync mode: actors that out-run a CPU learner reach
 ``eps_end`` early, so give exploration more steps (``agent.eps_decay_steps``).
 
 This module is the learner loop (:class:`Learner`); the actors' supervision is
@@ -85,18 +86,6 @@ from rlperf.run.shm import (
 from rlperf.run.signals import StopSignal
 from rlperf.run.supervisor import CHECK_EVERY_S, ActorFailure, Supervisor, register_cleanup, spawn_context
 from rlperf.timers import PhaseTimer
-
-
-def learner_threads(cfg: Config) -> int:
-    """``run.threads``, or else the cores the actors leave free (at least 1): a learner whose intra-op
-    threads compete with busy actors for the same cores spends its updates spinning (docs/bottlenecks.md §14)."""
-    if cfg.run.threads > 0:
-        return cfg.run.threads
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(torch.get_num_threads(), cores - cfg.async_.actors))
 
 
 LOCKFREE_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
@@ -243,8 +232,7 @@ def async_run(cfg: Config, out: str | Path, name: str | None, command: list[str]
         seed_everything(cfg.run.seed)
         sizing = Sizing.of(cfg)
         agent = Agent(cfg, sizing.obs_shape, device, sizing.n_actions)
-        threads = learner_threads(cfg)
-        torch.set_num_threads(threads)
+        threads = torch.get_num_threads()  # what prepare's thread policy gave the learner
         stale_removed = cleanup_stale()
         stop.raise_if_set()
         run_dir = make_run_dir(out, name, prefix=kind)

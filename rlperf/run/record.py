@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlperf import threads
 from rlperf.config import Config, config_to_dict
 from rlperf.score import record_section
 from rlperf.system import cpu_model
@@ -262,6 +263,7 @@ def build_record(
         "resumed": history.resumed,
         "config": config_to_dict(cfg),
         "system": system_info(device),
+        "threads": threads.record_section(),  # every pool's count, why, and what other processes took
         "env": env.record(),
         "update": {"form": update[0], "reason": update[1]},  # the Agent's decision (resolve_update), as it ran
         "timing": _timing_section(timing, window),

@@ -40,7 +40,7 @@ COUNT_MAX = 2**63 - 1
 DEPTH_MAX = 64
 """The deepest nesting a record may have (rlperf's own are 5 deep; a PhaseTimer's config is the user's)."""
 
-SECTIONS = ("config", "system", "env", "timing", "totals", "throughput", "phases", "learning", "memory",
+SECTIONS = ("config", "system", "threads", "env", "timing", "totals", "throughput", "phases", "learning", "memory",
             "time_to_score", "checkpoint", "files")
 """Top-level fields that are objects (or null) when present."""
 
@@ -129,6 +129,16 @@ RULES: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
     ("config.env.size", optional(positive_count)),
     ("system.*", lambda v: None if v is None or isinstance(v, (str, bool)) or number(v) is None
      else "a string, a number or null"),
+    ("threads.count", optional(positive_count)),
+    ("threads.why", optional(text)),
+    ("threads.pools", optional(array)),
+    ("threads.pools.[]", obj),
+    ("threads.pools.[].threads", optional(count)),
+    ("threads.contention", optional(obj)),
+    *((f"threads.contention.{k}", optional(non_negative)) for k in (
+        "wall_s", "run_queue_wait_s", "involuntary_switches", "involuntary_switches_process", "loadavg_1m_start",
+        "loadavg_1m_end", "cpus")),
+    ("threads.contention.wait_share", optional(fraction)),
     ("env.kernel", optional(text)),
     ("timing.mode", optional(text)),
     ("timing.timer_id", optional(text)),
