@@ -321,12 +321,15 @@ class EpisodeLog:
     def full(self) -> bool:
         return self.filled == self.done.shape[0]
 
-    def flush(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Scores, lengths and returns of the episodes finished since the last flush (a host sync)."""
+    def flush(self, env_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Scores, lengths, returns and end env steps of the episodes finished since the last flush (a
+        host sync); ``env_steps`` is the count after the last recorded vector step."""
         k = self.filled
         self.filled = 0
         done = self.done[:k].cpu().numpy()
-        return self.score[:k].cpu().numpy()[done], self.length[:k].cpu().numpy()[done], self.ret[:k].cpu().numpy()[done]
+        ends = env_steps - (k - 1 - np.nonzero(done)[0]) * done.shape[1]
+        return (self.score[:k].cpu().numpy()[done], self.length[:k].cpu().numpy()[done],
+                self.ret[:k].cpu().numpy()[done], ends)
 
 
 @dataclass
@@ -354,11 +357,15 @@ class Progress:
     # (by its target_key) the clock and counters of the read in which it was first reached.
     score_targets: tuple[float, ...] = ()
     time_to_score: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    # The episodes read since the log phase last took them (take_episodes), as rows of (end env step,
+    # return, length): TensorBoard's point per episode, written at log time. Not checkpointed.
+    new_episodes: list[np.ndarray] = field(default_factory=list)
 
     def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
-                     clock: Callable[[], Mapping[str, float | int]] | None = None) -> None:
-        """Take finished episodes in. ``clock`` (the read's wall seconds and counters) is called only
-        when a score target is reached in them; without it targets are not checked."""
+                     ends: np.ndarray | None = None, clock: Callable[[], Mapping[str, float | int]] | None = None) -> None:
+        """Take finished episodes in. ``ends``: the env step each one ended at (None: this read's).
+        ``clock`` (the read's wall seconds and counters) is called only when a score target is reached
+        in them; without it targets are not checked."""
         unreached = [t for t in self.score_targets if target_key(t) not in self.time_to_score] if clock else []
         hits = first_reached_each(self.scores, scores, unreached) if unreached else []
         read_before = self.lengths_read
@@ -368,12 +375,20 @@ class Progress:
         self.scores.extend(scores.tolist())
         self.returns.extend(returns.tolist())
         if len(scores):
+            at = np.full(len(scores), self.env_steps) if ends is None else ends
+            self.new_episodes.append(np.stack([at, returns, lengths], axis=1).astype(np.float64))
             best = float(scores.max())
             self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
         for target, index in zip(unreached, hits, strict=True):
             if index is not None:
                 assert clock is not None
                 self.time_to_score[target_key(target)] = {**clock(), "episodes": read_before + index + 1}
+
+    def take_episodes(self) -> np.ndarray:
+        """The (end env step, return, length) rows of the episodes read since the last take."""
+        rows = np.concatenate(self.new_episodes) if self.new_episodes else np.zeros((0, 3))
+        self.new_episodes = []
+        return rows
 
     @property
     def mean_score(self) -> float:
@@ -386,6 +401,7 @@ class Progress:
     def state_dict(self) -> dict[str, Any]:
         """Plain values and CPU tensors (loadable with ``torch.load(weights_only=True)``)."""
         state = dict(self.__dict__)
+        del state["new_episodes"]
         state["scores"], state["returns"] = list(self.scores), list(self.returns)
         state["score_targets"] = list(self.score_targets)
         state["time_to_score"] = {k: dict(v) for k, v in self.time_to_score.items()}
@@ -516,7 +532,7 @@ def run_loop(
                 log_boundary = progress.vector_steps % t.log_every == 0
                 # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
                 if episodes.full or (log_boundary and episodes.filled):
-                    progress.add_episodes(*episodes.flush(), clock=clock)
+                    progress.add_episodes(*episodes.flush(progress.env_steps), clock=clock)
                 if log_boundary or finished(progress):
                     if progress.loss_count:
                         progress.last_loss = float(loss_sum) / progress.loss_count
@@ -534,5 +550,5 @@ def run_loop(
             if progress.status == "diverged":
                 break
     if episodes.filled:
-        progress.add_episodes(*episodes.flush(), clock=clock)
+        progress.add_episodes(*episodes.flush(progress.env_steps), clock=clock)
     return obs

@@ -171,15 +171,25 @@ def _set_interop(torch: Any, n: int) -> str | None:
     return None
 
 
-def set_count(n: int) -> None:
-    """Switch every loaded pool to ``n`` threads now, with no undo (a micro-benchmark that alternates
-    counts, inside a :func:`restored` block)."""
-    _controller().limit(limits=n)
-    torch, numba = _torch(), _numba()
-    if torch is not None:
-        torch.set_num_threads(n)
-    if numba is not None:
-        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+class PoolSwitch:
+    """Switch every pool loaded now to a count, with no undo: for a micro-benchmark that alternates
+    counts inside a :func:`restored` block (the loaded libraries are looked up once, and a switch to
+    the count already set costs nothing: an interleaved benchmark switches once per block of calls)."""
+
+    def __init__(self) -> None:
+        self._controller = _controller()
+        self._count: int | None = None
+
+    def __call__(self, n: int) -> None:
+        if n == self._count:
+            return
+        self._count = n
+        self._controller.limit(limits=n)
+        torch, numba = _torch(), _numba()
+        if torch is not None:
+            torch.set_num_threads(n)
+        if numba is not None:
+            numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
 
 def current() -> Applied | None:

@@ -173,3 +173,65 @@ def test_json_end_to_end_prints_only_the_record(tmp_path: Path) -> None:
     assert record["command"][1:] == argv[3:]  # python -m rlperf <these>
     assert record == read_record(record["run_dir"])
     assert "Traceback" not in proc.stderr
+
+
+def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_has_sb3_and_cleanrl_tags_and_a_point_per_episode(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    code = _main(["train", *TINY, "--steps", "800", "--set", "train.log_every=10", "--tensorboard", "--out",
+                  str(tmp_path), "--name", "tb", "--json"])
+    assert code == 0
+    (run_dir,) = tmp_path.iterdir()
+    record, scalars = read_record(run_dir), _scalars(run_dir / "tb")
+    for tag in ("rollout/ep_rew_mean", "rollout/ep_len_mean", "train/loss", "time/fps", "rlperf/mean_score_100",
+                "rlperf/loss", "charts/episodic_return", "charts/episodic_length"):
+        assert scalars.get(tag), tag
+    episodes = scalars["charts/episodic_return"]
+    assert len(episodes) == record["totals"]["episodes"] > 0  # one point per finished episode
+    with (run_dir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    # Each point at the env step its episode ended: inside the run, in order, a vector step (16 boards) apart.
+    steps = [s for s, _ in episodes]
+    assert steps == sorted(steps) and 0 < steps[0] and steps[-1] <= record["totals"]["env_steps"]
+    assert all(s % 16 == 0 for s in steps) and len(set(steps)) > len(rows)  # finer than the log rows
+    assert [s for s, _ in scalars["time/fps"]] == [int(r["env_steps"]) for r in rows]
+    last = rows[-1]
+    assert scalars["rollout/ep_rew_mean"][-1][1] == pytest.approx(float(last["mean_return_100"]), rel=1e-5)
+    assert scalars["train/loss"][-1][1] == pytest.approx(float(last["loss"]), rel=1e-5)
+    returns = [v for _, v in episodes][-100:]
+    assert scalars["rollout/ep_rew_mean"][-1][1] == pytest.approx(sum(returns) / len(returns), rel=1e-4)
+
+
+def _main(argv: list[str]) -> int:
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            cli.main(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+    return 0
+
+
+def test_episodes_read_every_few_steps_keep_the_env_step_each_one_ended() -> None:
+    """The device path reads finished episodes once per log interval: each keeps its own end step."""
+    import numpy as np
+
+    from rlperf.dqn import EpisodeLog, Progress
+
+    log, n = EpisodeLog(3, 4, torch.device("cpu")), 4
+    for done in ([1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0]):
+        mask = torch.tensor(done, dtype=torch.bool)
+        log.record({"_final_info": mask, "final_info": {"score": mask.float(), "steps": mask.long() * 7,
+                                                        "return": mask.float() * 2}})
+    p = Progress()
+    p.env_steps = 3 * n
+    p.add_episodes(*log.flush(p.env_steps))
+    rows = p.take_episodes()
+    assert rows.tolist() == [[4, 2.0, 7], [12, 2.0, 7], [12, 2.0, 7]] and len(p.take_episodes()) == 0
+    assert "new_episodes" not in p.state_dict() and np.isclose(p.mean_return, 2.0)

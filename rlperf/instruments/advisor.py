@@ -482,75 +482,118 @@ def small_batch_gpu(
                    fix=f"batches of {4 * batch}")
 
 
+def run_threads(record: Mapping[str, Any]) -> int:
+    """The thread count the run's pools had (the thread policy's, else torch's); 0 unknown."""
+    count = (record.get("threads") or {}).get("count")
+    return int(count or (record.get("system") or {}).get("torch_threads") or 0)
+
+
+def cpu_wait_share(record: Mapping[str, Any]) -> float | None:
+    """The share of the measured steps the loop's thread spent ready to run, waiting for a CPU other
+    processes held (Linux's run-queue wait); else of the whole run; None where it was not measured."""
+    share = ((record.get("timing") or {}).get("vector_step") or {}).get("cpu_wait_share")
+    if share is None:
+        share = ((record.get("threads") or {}).get("contention") or {}).get("wait_share")
+    return float(share) if share is not None else None
+
+
 def thread_excess(cfg: Config, record: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(the run's torch threads, the count to try) when the run had more compute threads than CPUs,
-    from its own processes or the machine's load (docs/bottlenecks.md §14); else None."""
-    threads = int((record.get("system") or {}).get("torch_threads") or 0)
+    """(the run's threads, the count to try) when the run's own processes ran more compute threads
+    than there are CPUs (docs/bottlenecks.md §14); else None."""
+    threads = run_threads(record)
     load = (record.get("profile") or {}).get("load") or {}
     cpus = float(load.get("cpus") or effective_cpus())
+    processes = _processes(cfg)
+    if threads and threads * processes > cpus:
+        return threads, max(1, math.floor(cpus / processes))
+    return None
+
+
+def _processes(cfg: Config) -> int:
+    """The run's processes that each hold their own pools."""
     processes = 1 + (cfg.async_.actors if cfg.run.mode == "async" else 0)
     if cfg.env.backend == "gym-async":
         processes += cfg.env.num_envs  # each worker process imports torch with its own pool
-    busy = float(load.get("loadavg_1m") or 0.0)
-    if threads == 0:
-        return None
-    if threads * processes > cpus:
-        return threads, max(1, math.floor(cpus / processes))
-    if threads > 1 and busy > cpus + 0.5:
-        return threads, 1
-    return None
+    return processes
 
+
+WAITING = 0.5
+"""A loop whose measured steps spent this share or more waiting for a CPU is told so first: every
+other figure of the run is inflated by the wait."""
 
 CONTENDED = 2.0
 """A run whose updates took this many times longer than the same update timed right after it, with
 the same threads, had its threads starved by other processes while it ran."""
 
 
+def _fewer_threads_saving(bench: Mapping[str, Any] | None, pools_s: float, train_s: float, updates: int,
+                          record: Mapping[str, Any]) -> tuple[float, str] | None:
+    """What one thread per pool saves, from the ``threads`` micro-benchmark: the run's select + train
+    (``pools_s``) scaled by the update's 1-thread / run's-threads time; or, where the run's own
+    updates took far longer than the benchmark's with the same threads (starved while it ran), the
+    train phase less the same updates at the 1-thread time. The larger; None when neither saves."""
+    if bench is None or not bench.get("slow_s"):
+        return None
+    options = []
+    if bench["fast_s"] < bench["slow_s"]:
+        options.append(replaced(pools_s, "select + train", record, "threads"))
+    if updates and train_s / updates > CONTENDED * bench["slow_s"]:
+        options.append((train_s - updates * bench["fast_s"],
+                        f"train phase {seconds_short(train_s)} − {updates:,} updates × {call_time(bench['fast_s'])} (an "
+                        f"update with 1 thread, micro-benchmarked here; the run's own took "
+                        f"{call_time(train_s / updates)}: its threads were starved while it ran)"))
+    best = max(((s, text) for s, text in options if s is not None and s > 0), default=None, key=lambda o: o[0])
+    return (float(best[0]), best[1]) if best is not None else None
+
+
 def thread_oversubscription(
     record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
 ) -> Finding | None:
-    """More compute threads than CPUs: this run's own processes, the machine's load, or updates that
-    ran far slower in the run than in a micro-benchmark right after it (docs/bottlenecks.md §14)."""
+    """Compute threads that wait for CPUs other processes hold: the loop's measured run-queue wait,
+    and what the same update costs with the run's threads and with one, timed interleaved after the
+    run (docs/bottlenecks.md §14)."""
+    threads = run_threads(record)
+    wait = cpu_wait_share(record)
+    bench = _bench(record, "threads") if threads > 1 else None
     excess = thread_excess(cfg, record)
-    threads_now = int((record.get("system") or {}).get("torch_threads") or 0)
-    bench = _bench(record, "threads")
-    train = _phase(record, "train")
-    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
-    run_update = train["total_s"] / updates if updates else 0.0
-    contended = (threads_now > 1 and bench is not None and bench.get("slow_s")
-                 and run_update > CONTENDED * bench["slow_s"])
-    if contended and bench is not None and excess is None:
-        # The threads were starved in the run: what the same updates cost on the fewer threads, timed here.
-        saving = train["total_s"] - updates * bench["fast_s"]
-        return finding(
-            "threads",
-            f"compute threads were starved during the run: train took {call_time(run_update)} per update in this run with "
-            f"{threads_now} torch threads; the same update took {call_time(bench['slow_s'])} with {threads_now} threads and "
-            f"{call_time(bench['fast_s'])} with {bench['fast']} timed right after the run: other processes held the CPUs "
-            f"the threads waited for (run.threads={cfg.run.threads})", saving,
-            f"train phase {seconds_short(train['total_s'])} − {updates:,} updates × {call_time(bench['fast_s'])} (an "
-            f"update with {bench['fast']}, micro-benchmarked here)", knob="run.threads=1", fix="1 thread")
-    if excess is None:
+    waiting = wait is not None and wait >= WAITING
+    if not waiting and bench is None and excess is None:
         return None
-    threads, fewer = excess
-    load = (record.get("profile") or {}).get("load") or {}
+    load = ((record.get("threads") or {}).get("contention") or (record.get("profile") or {}).get("load") or {})
+    loadavg = float(load.get("loadavg_1m_end") or load.get("loadavg_1m") or 0.0)
     cpus = float(load.get("cpus") or effective_cpus())
-    processes = 1 + (cfg.async_.actors if cfg.run.mode == "async" else 0) + (
-        cfg.env.num_envs if cfg.env.backend == "gym-async" else 0)
+    parts = []
+    if waiting:
+        parts.append(f"the loop waited for a CPU {percent_short(wait or 0.0)} of its measured time (Linux run-queue "
+                     f"wait; load average {loadavg:.1f} on {cpus:g} CPUs): other processes held the CPUs, and every "
+                     f"figure of this run is inflated by that wait")
+    if excess is not None:
+        processes = _processes(cfg)
+        parts.append(f"{processes} process(es) × {threads} threads = {threads * processes} on {cpus:g} usable CPUs")
     select, train = _phase(record, "select"), _phase(record, "train")
-    if threads * processes > cpus:
-        evidence = f"{processes} process(es) × {threads} torch threads = {threads * processes} on {cpus:g} usable CPUs"
+    updates = int((record.get("timing") or {}).get("measured_updates") or 0)
+    saving: float | None = None
+    if threads > 1:
+        estimate = "not measured: no micro-benchmark of the update with one thread in this record"
+        knob, fix = "run.threads=1", "1 thread"
     else:
-        evidence = (
-            f"{threads} torch threads while the machine's load average was {float(load.get('loadavg_1m') or 0):.1f} on "
-            f"{cpus:g} CPUs: threads that lose their CPU stall the others at every parallel op"
-        )
-    evidence += (
-        f" (run.threads={cfg.run.threads}); select + train are {percent_short(select['share'] + train['share'])} of "
-        f"phase time"
-    )
-    saving, estimate = replaced(select["total_s"] + train["total_s"], "select + train", record, "threads")
-    return finding("threads", evidence, saving, estimate, knob=f"run.threads={fewer}", fix=f"{fewer} thread(s)")
+        estimate = "not measured: the run had one thread, so there is no fewer to time; the wait is other processes'"
+        # No knob: the catalogue's (run.threads=1) is what ran.
+        knob, fix = "", "run where the CPUs are free, or stop the work beside it: the loop already runs one thread"
+    measured = _fewer_threads_saving(bench, select["total_s"] + train["total_s"], train["total_s"], updates, record)
+    if bench is not None and measured is not None:
+        saving, estimate = measured
+        parts.append(f"an update took {call_time(bench['slow_s'])} with the run's {threads} threads and "
+                     f"{call_time(bench['fast_s'])} with 1, timed interleaved after the run"
+                     + (f", and {call_time(train['total_s'] / updates)} in the run itself" if updates else "")
+                     + (f" (load average {loadavg:.1f} on {cpus:g} CPUs)" if not waiting else ""))
+        knob, fix = "run.threads=1", "1 thread"
+    elif excess is not None:
+        knob, fix = f"run.threads={excess[1]}", f"{excess[1]} thread(s)"
+    elif not waiting:
+        return None
+    evidence = "; ".join(parts) + f" (run.threads={cfg.run.threads}, {threads} thread(s) per pool)"
+    return finding("threads", evidence, saving, estimate, knob=knob, fix=fix)
 
 
 def episode_growth(
@@ -619,7 +662,10 @@ def advise(
             finding = replace(finding, command=verify.command(finding.knob))
         findings.append(finding)
     measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0, reverse=True)
-    return measured + [f for f in findings if f.est_saving_s is None]
+    ranked = measured + [f for f in findings if f.est_saving_s is None]
+    if (cpu_wait_share(record) or 0.0) >= WAITING:  # a loop mostly waiting for a CPU hears that first
+        ranked.sort(key=lambda f: f.id != "threads")
+    return ranked
 
 
 def no_finding_reason(record: Mapping[str, Any]) -> str:

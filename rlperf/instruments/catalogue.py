@@ -197,9 +197,10 @@ _ALL = (
     Bottleneck(
         "threads", "More compute threads than free CPUs",
         "threads that lose their CPU stall the others at every parallel op",
-        "set torch.set_num_threads(N) (and OMP_NUM_THREADS=N) to the CPUs the process really has, divided among "
-        "its processes",
-        "less contention and steadier timings (no figure reported)", 14, "run.threads=1", "run.threads=0"),
+        "cap every pool (torch's, numba's, the BLAS/OpenMP pools: threadpoolctl's threadpool_limits) at the CPUs the "
+        "process really has, divided among its processes; for small networks, one thread",
+        "measured per run: the update timed with the run's threads and with one, interleaved; beside busy processes "
+        "on 2 CPUs an update on two threads took about 30× its quiet time", 14, "run.threads=1", "run.threads=2"),
     Bottleneck(
         "episode_growth", "Time per episode grows through the run",
         "either the agent survives longer (episodes get longer) or each env step gets slower",

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from rlperf.config import Config, apply_overrides
-from rlperf.instruments.advisor import thread_excess
+from rlperf import threads as thread_pools
+from rlperf.instruments.advisor import run_threads
 
 REPEATS = 7
 BUDGET_S = 3.0
@@ -231,32 +232,31 @@ def _inference(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> 
     return graph, no_graph
 
 
-def _updater(cfg: Config, device: torch.device, threads: int | None = None) -> Callable[[], Any]:
-    """One gradient update of the run's agent on a filled buffer (``threads``: torch threads to run it with)."""
+def _updater(cfg: Config, device: torch.device, threads: int | None = None,
+             switch: thread_pools.PoolSwitch | None = None) -> Callable[[], Any]:
+    """One gradient update of the run's agent on a filled buffer (``threads``: every pool's count to run
+    it with, set through ``switch``, which the forms of one benchmark share)."""
     from rlperf.dqn import Agent
 
     agent = Agent(cfg, _obs_shape(cfg), device, _n_actions(cfg))
     fill = min(cfg.buffer.capacity, max(4 * cfg.buffer.batch_size, cfg.env.num_envs))
     buffer = _buffer(cfg.model_copy(update={"buffer": cfg.buffer.model_copy(update={"capacity": fill})}), device,
                      "tensor", "batch", fill)
-    if threads is None:
+    if threads is None or switch is None:
         return lambda: agent.update(buffer)
+    count, set_count = threads, switch
 
     def update() -> Any:
-        torch.set_num_threads(threads)
+        set_count(count)
         return agent.update(buffer)
 
     return update
 
 
 def _threads(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
-    excess = thread_excess(cfg, record)
-    current, fewer = excess if excess is not None else (_run_threads(record), 1)
-    return _updater(cfg, device, current), _updater(cfg, device, fewer)
-
-
-def _run_threads(record: Mapping[str, Any]) -> int:
-    return int((record.get("system") or {}).get("torch_threads") or 0)
+    """The run's update with every pool at the run's count, and at one."""
+    switch = thread_pools.PoolSwitch()
+    return _updater(cfg, device, run_threads(record), switch), _updater(cfg, device, 1, switch)
 
 
 def _amp(cfg: Config, device: torch.device, record: Mapping[str, Any]) -> Pair:
@@ -304,9 +304,9 @@ BENCHES: tuple[Bench, ...] = (
           lambda cfg, record: cfg.agent.target_update == "hard", _target),
     Bench("inference", "action selection for {num_envs} boards", "agent.inference=grad", "agent.inference=no_grad",
           lambda cfg, record: cfg.agent.inference == "grad", _inference),
-    # Whenever the run had several threads: the advisor compares the run's own time per update with it.
-    Bench("threads", "gradient update", "{threads} torch threads", "{fewer_threads} torch thread(s)",
-          lambda cfg, record: _run_threads(record) > 1, _threads, repeats=15, min_repeat_s=0.03, budget_s=3.0),
+    # Whenever the run had several threads: the advisor ranks the threads finding by it.
+    Bench("threads", "gradient update", "{threads} threads per pool", "1 thread per pool",
+          lambda cfg, record: run_threads(record) > 1, _threads, repeats=15, min_repeat_s=0.03, budget_s=3.0),
     Bench("amp", "gradient update", "train.amp=off", "train.amp=bf16",
           lambda cfg, record: _cuda(record) and cfg.train.amp == "off" and torch.cuda.is_bf16_supported(), _amp),
     Bench("batch", "gradient update", "buffer.batch_size={batch_size}", "4× the batch",
@@ -325,12 +325,12 @@ def run_benches(cfg: Config, device: torch.device, record: Mapping[str, Any],
 
     names = {"num_envs": f"{cfg.env.num_envs:,}", "batch_size": f"{cfg.buffer.batch_size:,}",
              "storage": cfg.buffer.storage, "backend": cfg.env.backend,
-             "threads": str((record.get("system") or {}).get("torch_threads")),
-             "fewer_threads": str((thread_excess(cfg, record) or (0, 1))[1])}
+             "threads": str(run_threads(record))}
     out: dict[str, dict[str, Any]] = {}
     with thread_settings_restored():
         prepare(cfg)
-        threads = torch.get_num_threads()
+        applied = thread_pools.current()
+        threads = applied.policy.threads if applied is not None else None
         for bench in benches:
             if not bench.applies(cfg, record):
                 continue
@@ -342,6 +342,7 @@ def run_benches(cfg: Config, device: torch.device, record: Mapping[str, Any],
             except Exception as exc:  # a benchmark is evidence, not the run: report it and go on
                 entry["error"] = f"{type(exc).__name__}: {exc}"
             finally:
-                torch.set_num_threads(threads)
+                if threads is not None:  # a benchmark that switched counts leaves the run's behind
+                    thread_pools.PoolSwitch()(threads)
             out[bench.name] = entry
     return out

@@ -92,7 +92,7 @@ class RunCore:
         """One log interval: a metrics.csv row (and TensorBoard scalars) with the interval's phase
         seconds (from ``phase_totals``, each phase's seconds since the run started), and the dashboard's line."""
         row = metrics_row(p, wall, window, self.history, phase_totals)
-        self.metrics.write(row)
+        self.metrics.write(row, p.take_episodes())
         board = self.board
         if board.enabled:
             done = p.episodes if board.unit == "episodes" else p.env_steps

@@ -188,28 +188,21 @@ def interval_rows(intervals: Sequence[Mapping[str, Any] | Sequence[float]],
 class MetricsLog:
     """Where a run's log rows go: ``metrics.csv`` (:class:`~rlperf.run.files.MetricsCSV`: same
     ``write``/``rollback``/``close``) and, with ``train.tensorboard``, TensorBoard scalars under
-    ``RUN_DIR/tb`` at the row's env step (the learning curve, throughput and the per-phase series)."""
-
-    TENSORBOARD = ("mean_score_100", "mean_return_100", "epsilon", "loss", "env_steps_per_s")
+    ``RUN_DIR/tb`` (:class:`rlperf.run.tensorboard.TensorBoardLog`)."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = False) -> None:
         self.csv = MetricsCSV(run_dir / METRICS_NAME, METRICS_FIELDS)
         self.tb: Any = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            from rlperf.run.tensorboard import TensorBoardLog
 
-            self.tb = SummaryWriter(log_dir=str(run_dir / "tb"))
+            self.tb = TensorBoardLog(run_dir / "tb")
 
-    def write(self, row: Mapping[str, Any]) -> None:
+    def write(self, row: Mapping[str, Any], episodes: Any = None) -> None:
+        """One row; ``episodes``: the (end env step, return, length) rows of the episodes read in its interval."""
         self.csv.write(row)
         if self.tb is not None:
-            step = row["env_steps"]
-            for key in self.TENSORBOARD:
-                self.tb.add_scalar(f"rlperf/{key}", row[key], step)
-            for name in PHASES:
-                if f"{name}_s" in row:
-                    self.tb.add_scalar(f"rlperf/phase_s/{name}", row[f"{name}_s"], step)
-                    self.tb.add_scalar(f"rlperf/phase_share/{name}", row[f"{name}_share"], step)
+            self.tb.write(row, episodes)
 
     def rollback(self) -> None:
         self.csv.rollback()
