@@ -38,3 +38,68 @@ def test_readme_snippet_runs(index, tmp_path, monkeypatch, capsys):
         assert tuple(namespace["rollout"].batch_size) == (256, 100)
     else:
         assert "episodes, mean return" in capsys.readouterr().out
+
+
+# The guide's samples: each is a command's real output, written by scripts/readme_samples.py; these tests run each
+# command as the README shows it and check it still exits as shown and prints the stable parts the README shows.
+
+ROOT = README.parent
+
+
+def samples_module():
+    """scripts/readme_samples.py, imported from its file (scripts/ is not a package)."""
+    import importlib.util
+    import sys
+
+    if "readme_samples" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "scripts" / "readme_samples.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["readme_samples"] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules["readme_samples"]
+
+
+SAMPLES = samples_module().SAMPLES
+SLOW = {"profile-script", "sweep", "gate"}  # several runs, or a script under every instrument
+
+
+def test_the_readme_starts_with_the_two_commands_ci_runs():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# rlperf" and lines[2] == "```bash" and lines[5] == "```"
+    assert lines[3].endswith("pip install -e . && rlperf train")
+    assert lines[4] == 'pip install -e ".[dev,ray,bench]" && python -m pytest -q'
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'pip install -q -e ".[dev,ray,bench]" && "$PY" -m pytest -q' in ci
+
+
+def test_every_sample_has_its_block_and_shows_its_stable_parts():
+    module = samples_module()
+    blocks = module.readme_blocks(README.read_text(encoding="utf-8"))
+    assert set(blocks) == {s.name for s in SAMPLES}
+    for sample in SAMPLES:
+        # the command's own parts are checked by the runs below; here only what the README shows
+        assert module.problems(sample, sample.codes[0], "\n".join(sample.shows), blocks[sample.name]) == []
+
+
+def test_the_readme_names_only_files_that_exist():
+    text = README.read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w./:-])((?:configs|scripts|docs|tests|rlperf)/[\w./-]*[\w/])", text))
+    paths = {p for p in named if p.endswith("/") or "." in p.rsplit("/", 1)[-1]}  # not ids like rlperf/Snake-v0
+    assert "configs/smoke.toml" in paths and "docs/profiling-internals.md" in paths
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with samples_module().scratch_folder() as folder:
+        yield folder
+
+
+@pytest.mark.parametrize("sample", [pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.name in SLOW else [])
+                                    for s in SAMPLES])
+def test_readme_sample_command_runs_and_prints_what_the_readme_shows(sample, scratch):
+    module = samples_module()
+    code, output = module.run(sample, scratch, timeout=280)
+    block = module.readme_blocks(README.read_text(encoding="utf-8")).get(sample.name)
+    assert module.problems(sample, code, output, block) == []
