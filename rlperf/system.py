@@ -6,6 +6,7 @@ import functools
 import os
 import platform
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -20,6 +21,28 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity (``taskset``, a container's cpuset), as records keep it."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def machine() -> dict[str, Any]:
+    """The CPU a timing taken here depends on, under a record's ``system`` keys."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "cpus_usable": usable_cpus()}
+
+
+def machine_text(system: Mapping[str, Any]) -> str:
+    """``Intel Xeon, 2 CPUs, 2 usable`` from a record's ``system`` section; ``unknown`` where it has none of them."""
+    model, count, usable = (system.get(k) for k in ("cpu_model", "cpu_count", "cpus_usable"))
+    if model is None and count is None and usable is None:
+        return "unknown"
+    count, usable = ("?" if v is None else v for v in (count, usable))
+    return f"{model or 'unknown CPU'}, {count} CPUs, {usable} usable"
 
 
 def effective_cpus() -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -28,6 +29,9 @@ def candidate_arguments(args: list[str]) -> list[str]:
     taking = value_next = False
     for i, arg in enumerate(args):
         if value_next:  # the value of --candidate itself
+            if arg.startswith("-") and arg != "-":
+                raise RlperfError(f"--candidate needs a run, record or config before {terminal_safe(arg)}",
+                                  hint="rlperf compare BASELINE --candidate CANDIDATE --fail-if-slower 5%")
             out.append(arg)
             value_next = False
         elif arg == "--":  # everything after it is positional: the baseline
@@ -66,23 +70,33 @@ def compare(
         "next option, e.g. --candidate cand/*/), against the baseline (the other arguments).",
         show_default=False)] = None,
     fail_if_slower: Annotated[str | None, typer.Option(
-        "--fail-if-slower", metavar="PCT%", help="The gate: exit 1 when the candidate is slower than the baseline by more "
-        "than PCT% (the % sign is required: 5%) beyond the noise (one-sided exact Mann–Whitney U, p < 0.05); else 0.")] = None,
+        "--fail-if-slower", metavar="PCT%", help="The gate (the % sign is required: 5%): exit 0 (PASS) when the candidate "
+        "is slower than the baseline by less than PCT% with 95% confidence, 1 (FAIL) when by more, 3 (INCONCLUSIVE) when "
+        "the runs cannot tell (Welch's t interval of the ratio of times per env step); 2 on bad input.")] = None,
+    inconclusive: Annotated[str | None, typer.Option(
+        "--inconclusive", metavar="pass|fail", help="The gate: exit 0 (pass) or 1 (fail) on an INCONCLUSIVE verdict, for "
+        "a CI that must have two outcomes; without it an INCONCLUSIVE verdict exits 3, which fails a CI step too.",
+        show_default=False)] = None,
+    max_repeats: Annotated[int | None, typer.Option(
+        "--max-repeats", help="The gate, on configs run now: while the verdict is INCONCLUSIVE, run one more interleaved "
+        "pair, up to this many runs a side (default 15; --repeats or less: no more runs).", show_default=False)] = None,
     allow_mismatch: Annotated[list[str] | None, typer.Option(
         "--allow-mismatch", metavar="KEY", help="The gate: compare records that differ in KEY (kind, env.id, env.size, "
-        "num_envs, device, timing, rlperf, config.SECTION.KEY) anyway (repeatable).", show_default=False)] = None,
+        "num_envs, device, machine (CPU model, CPU count, usable CPUs), timing, rlperf, config.SECTION.KEY) anyway "
+        "(repeatable).", show_default=False)] = None,
     gate_metric: Annotated[str, typer.Option(
         "--gate-metric", help="step-p25+mean: fail when the time per env step at the p25 vector step or the mean "
-        "step less the time it waited for a CPU is slower (each at p < 0.025); step-p25, step-mean, step-median "
-        "(the median step) or throughput (mean env steps/s) alone.")] = "step-p25+mean",
+        "step less the time it waited for a CPU is slower (each at 97.5% confidence), pass when both are not; "
+        "step-p25, step-mean, step-median (the median step) or throughput (mean env steps/s) alone.")] = "step-p25+mean",
     *,
     run: RunArgs,
 ) -> None:
     """Compare runs side by side: phase times, throughput, score, memory, and ratios to the first.
 
-    As a CI gate: rlperf compare BASELINE... --candidate CANDIDATE... --fail-if-slower 5% (e.g. base/*/
-    --candidate cand/*/, or a config for either side) exits 1 only when the candidate is slower by more
-    than 5% beyond the noise, 0 otherwise, 2 on bad input."""
+    As a CI gate: rlperf compare BASELINE... --candidate CANDIDATE... --fail-if-slower 5% (configs run
+    now on this machine, or records: base/*/ --candidate cand/*/) exits 0 (PASS: less than 5% slower with
+    confidence), 1 (FAIL: more), 3 (INCONCLUSIVE: the runs cannot tell; --inconclusive pass|fail maps it),
+    2 on bad input. It prints the smallest slowdown the runs could detect and the phases that got slower."""
     from rlperf.experiments.compare import compare as build_comparison
     from rlperf.experiments.compare import load_sources, run_sources
     from rlperf.report.dashboard import RunsProgress
@@ -99,9 +113,10 @@ def compare(
     def make_config(path: str) -> Config:
         return run.build_config(path)
 
-    if candidate or fail_if_slower is not None or gate_metric != "step-p25+mean" or allow_mismatch:
+    if (candidate or fail_if_slower is not None or gate_metric != "step-p25+mean" or allow_mismatch
+            or inconclusive is not None or max_repeats is not None):
         _gate(args, candidate or [], fail_if_slower, gate_metric, repeats, vs or [], allow_mismatch or [], make_config,
-              run)
+              run, GateOptions(inconclusive, max_repeats))
     repeats = repeats or 1
 
     sources = load_sources(args, vs or [], make_config)
@@ -147,54 +162,76 @@ def _show_comparison(comparison: dict[str, Any], interrupted: bool, run: RunArgs
         print("compare: interrupted; the table holds the runs that finished", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class GateOptions:
+    """The gate's own options beside its threshold: what an INCONCLUSIVE verdict exits with, and how many
+    runs a side adaptive repeats may reach."""
+
+    inconclusive: str | None = None
+    max_repeats: int | None = None
+
+
 def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: str | None, metric: str,
-          repeats: int | None, vs: list[str], allow: list[str], make_config: Any, run: RunArgs) -> None:
-    """``--candidate ... --fail-if-slower PCT``: run or read both sides, print the table and the verdict, exit 0 or 1."""
+          repeats: int | None, vs: list[str], allow: list[str], make_config: Any, run: RunArgs,
+          options: GateOptions) -> None:
+    """``--candidate ... --fail-if-slower PCT``: run or read both sides (adding pairs while inconclusive),
+    print the table and the verdict, exit 0, 1 or 3."""
     from rlperf.experiments import gate
     from rlperf.report.dashboard import RunsProgress
 
-    threshold = _check_gate_options(candidate_args, fail_if_slower, metric, vs, allow)
+    threshold = _check_gate_options(candidate_args, fail_if_slower, metric, vs, allow, options)
     repeats_given, repeats = repeats is not None, repeats or gate.DEFAULT_REPEATS
+    most = max(repeats, options.max_repeats if options.max_repeats is not None else gate.DEFAULT_MAX_REPEATS)
     baseline = gate.load_side(baseline_args, "baseline", make_config)
     candidate = gate.load_side(candidate_args, "candidate", make_config)
     gate.check_duplicates(baseline + candidate)
     gate.check_records(baseline + candidate, gate.required(metric))
     counts = [repeats if side[0].config is not None else len(side) for side in (baseline, candidate)]
-    records = [s.record for s in baseline + candidate if s.record is not None]
-    tests = len(gate.tested(metric, records)[0]) if len(records) == sum(counts) else len(gate.parts(metric))
-    _check_counts(counts[0], counts[1], tests)
+    _check_counts(counts[0], counts[1])
     gate.check_sources(baseline, candidate, allow)
-    to_run = sum(repeats for side in (baseline, candidate) if side[0].config is not None)
-    if not to_run and (repeats_given or run.given) and not run.json_:
-        print("compare: run options and --repeats apply to configs; these records are gated as recorded", file=sys.stderr)
-    progress = None if run.quiet or run.json_ or not to_run else RunsProgress("gate", to_run)
+    configs = sum(1 for side in (baseline, candidate) if side[0].config is not None)
+    if not configs and (repeats_given or options.max_repeats is not None or run.given) and not run.json_:
+        print("compare: run options, --repeats and --max-repeats apply to configs; these records are gated as recorded",
+              file=sys.stderr)
+    progress = None if run.quiet or run.json_ or not configs else RunsProgress("gate", configs * repeats)
+
+    def undecided(base: Side, cand: Side) -> bool:
+        """Whether the runs so far leave the verdict inconclusive (then one more pair runs)."""
+        verdict = _gate_result(base, cand, threshold, metric, allow, options)[0]["verdict"]
+        if verdict == "inconclusive" and progress is not None:
+            progress.bar.update(progress.task, total=(progress.bar.tasks[0].total or 0) + configs)
+        return verdict == "inconclusive"
 
     stop = command_stop()
     stop.arm()  # a signal stops the run in progress at a step boundary; no verdict then
     with progress or contextlib.nullcontext():
-        base, cand, interrupted = gate.gather(baseline, candidate, repeats, metric, out=run.out, name=run.name,
-                                              command=sys.argv, on_run=progress.on_run if progress else None, stop=stop)
+        base, cand, interrupted = gate.gather(baseline, candidate, repeats, metric, max_repeats=most,
+                                              undecided=undecided, out=run.out, name=run.name, command=sys.argv,
+                                              on_run=progress.on_run if progress else None, stop=stop)
     if interrupted:
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
-    result, (b, c) = _gate_result(base, cand, threshold, metric, allow)
+    result, (b, c) = _gate_result(base, cand, threshold, metric, allow, options)
+    if configs:
+        ran = max(len(side.records) for side, s in ((base, baseline[0]), (cand, candidate[0])) if s.config is not None)
+        result["repeats"] = {"first": repeats, "ran": ran, "max": most}
     with rendering():
         _show_gate(result, run)
         if run.plot:
             from rlperf.cli.figures import draw_comparison
 
-            ran = [r for s, side in ((baseline[0], base), (candidate[0], cand)) if s.config is not None
-                   for r in side.records]
-            draw_comparison([(base.label, base.records), (cand.label, cand.records)], ran, run.out, run.name,
+            ran_records = [r for s, side in ((baseline[0], base), (candidate[0], cand)) if s.config is not None
+                           for r in side.records]
+            draw_comparison([(base.label, base.records), (cand.label, cand.records)], ran_records, run.out, run.name,
                             prefix="gate", quiet=run.quiet, gate=result, gate_samples=(b, c))
     raise typer.Exit(result["exit_code"])
 
 
 def _check_gate_options(candidate_args: list[str], fail_if_slower: str | None, metric: str, vs: list[str],
-                        allow: list[str]) -> float:
-    """Refuse a gate that is missing a side or its threshold, or mixes in --vs or an unknown metric or
-    mismatch key; returns the threshold."""
+                        allow: list[str], options: GateOptions) -> float:
+    """Refuse a gate that is missing a side or its threshold, or mixes in --vs or an unknown metric,
+    mismatch key or --inconclusive value; returns the threshold."""
     from rlperf.experiments import gate
 
     if not candidate_args:
@@ -206,49 +243,59 @@ def _check_gate_options(candidate_args: list[str], fail_if_slower: str | None, m
         raise RlperfError("--vs does not combine with --candidate", hint="give the candidate as a config or records")
     if metric not in gate.METRICS:
         raise RlperfError(f"unknown --gate-metric {metric!r}", hint=f"use {' or '.join(gate.METRICS)}")
+    if options.inconclusive not in (None, "pass", "fail"):
+        raise RlperfError(f"--inconclusive {options.inconclusive!r} is not pass or fail",
+                          hint="without it an INCONCLUSIVE verdict exits 3; --inconclusive fail: 1, pass: 0")
+    if options.max_repeats is not None and options.max_repeats < 1:
+        raise RlperfError(f"--max-repeats must be at least 1 (got {options.max_repeats})")
     threshold = gate.parse_threshold(fail_if_slower)
     gate.check_allowed(allow)
     return threshold
 
 
-def _check_counts(n: int, m: int, tests: int, completed: bool = False) -> None:
-    """Refuse sides too small for the gate's test(s) to reach significance, before anything runs."""
+def _check_counts(n: int, m: int) -> None:
+    """Refuse sides too small for a spread, before anything runs."""
     from rlperf.experiments import gate
 
-    alpha = gate.ALPHA / tests
-    if gate.min_p(n, m) < alpha:
-        return
-    hint = "run each side at least 4 times (--repeats 5 is the default), or pass more records"
-    if tests > 1 and gate.min_p(n, m) < gate.ALPHA:
-        hint += "; or test one metric at p < 0.05: --gate-metric step-p25 (or step-mean)"
-    if completed:
-        raise RlperfError(f"only {n} baseline and {m} candidate runs completed: too few for a verdict at p < {alpha:g}",
-                          hint="see the runs' records for why the others did not complete")
-    raise RlperfError(f"{n} baseline and {m} candidate runs cannot show a slowdown at p < {alpha:g}"
-                      + (f" (each of the default gate's {tests} tests)" if tests > 1 else ""), hint=hint)
+    if min(n, m) < gate.MIN_RUNS:
+        raise RlperfError(f"{n} baseline and {m} candidate runs have no spread to test",
+                          hint=f"run each side at least {gate.MIN_RUNS} times (--repeats {gate.DEFAULT_REPEATS} is the "
+                               "default), or pass more records")
 
 
-def _gate_result(base: Side, cand: Side, threshold: float, metric: str,
-                 allow: list[str]) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
+def _gate_result(base: Side, cand: Side, threshold: float, metric: str, allow: list[str],
+                 options: GateOptions) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
     """The verdict on the gathered sides with what it rests on (each side's samples, names and run
-    directories, the config changes, the comparison), and the two sides' samples."""
+    directories, the config changes, the phases and functions that changed, what the runs could
+    detect, the comparison), and the two sides' samples. Runs that did not complete count as missing:
+    too few left is an INCONCLUSIVE verdict that says so."""
     from rlperf.experiments import gate
     from rlperf.experiments.compare import compare as build_comparison
 
     changed = gate.check_like_with_like({side.label: [(name, gate.measures(r)) for name, r in
                                                        zip(gate.run_names(side), side.records, strict=True)]
                                          for side in (base, cand)}, allow)
-    metrics, fallback = gate.tested(metric, [r for side in (base, cand) for r in side.records if gate._completed(r)])
+    completed = [[r for r in side.records if gate._completed(r)] for side in (base, cand)]
+    metrics, fallback = gate.tested(metric, completed[0] + completed[1])
     per = {m: (gate.samples(base, m), gate.samples(cand, m)) for m in metrics}
+    left = {side.label: gate.run_names(side, completed=False) for side in (base, cand)}
     b, c = per[metrics[0]]
-    _check_counts(len(b), len(c), len(metrics), completed=True)
-    result = gate.decide(per, threshold, metric)
-    b, c = per[result["decided_by"]]
+    if min(len(b), len(c)) < gate.MIN_RUNS:
+        result = gate.too_few(len(b), len(c), left, threshold, metric)
+    else:
+        result = gate.decide(per, threshold, metric)
+        b, c = per[result["decided_by"]]
+        if any(left.values()):
+            result["reason"] = gate.missing_note(left, result["verdict"]) + result["reason"]
+    if result["verdict"] == "inconclusive" and options.inconclusive is not None:
+        result["exit_code"] = 0 if options.inconclusive == "pass" else 1
+    result["phases"] = gate.phase_changes(completed[0], completed[1])
+    result["functions"] = gate.function_changes(completed[0], completed[1])
+    result["why"] = gate.why_line(result["phases"], result["functions"])
     comparison = build_comparison([base, cand])
     for side, samples in ((base, b), (cand, c)):
         result[side.label] = {"source": side.source, "samples_s_per_env_step": samples,
-                              "names": gate.run_names(side, completed=True),
-                              "left_out": gate.run_names(side, completed=False),
+                              "names": gate.run_names(side, completed=True), "left_out": left[side.label],
                               "run_dirs": [r.get("run_dir") for r in side.records]}
     result["config_changes"] = changed
     result["allowed_mismatches"] = allow
@@ -258,7 +305,8 @@ def _gate_result(base: Side, cand: Side, threshold: float, metric: str,
 
 
 def _show_gate(result: dict[str, Any], run: RunArgs) -> None:
-    """The gate's JSON, or its table, what was compared, the config changes, the verdict and the warnings."""
+    """The gate's JSON, or its table, what was compared, the config changes, the verdict, what the runs
+    could detect, why it got slower, and the warnings."""
     from rlperf.experiments import gate
 
     if run.json_:
@@ -271,6 +319,14 @@ def _show_gate(result: dict[str, Any], run: RunArgs) -> None:
     print(terminal_safe(gate.compared_line(result)))
     if result["config_changes"]:
         print(terminal_safe(f"the sides differ in config: {'; '.join(result['config_changes'])}"))
+    if result.get("repeats") and result["repeats"]["ran"] > result["repeats"]["first"]:
+        r = result["repeats"]
+        print(f"adaptive repeats: {r['ran']} runs a side ({r['first']} first, then one pair at a time while "
+              f"inconclusive, at most {r['max']})")
     print(terminal_safe(gate.verdict_line(result)))
+    if result.get("detectable_slowdown") is not None:
+        print(terminal_safe(gate.detectable_line(result)))
+    if result["why"]:
+        print(terminal_safe(result["why"]))
     for warning in result["warnings"]:
         print(terminal_safe(f"warning: {warning}"), file=sys.stderr)

@@ -31,6 +31,7 @@ from rlperf.report.units import MISSING, format_number, pick_unit
 from rlperf.run.common import thread_settings_restored
 from rlperf.run.files import CHECKPOINT_NAME, RECORD_NAME, check_comparable_record, make_run_dir, read_record
 from rlperf.run.signals import RunInterrupted, StopSignal
+from rlperf.system import machine_text
 from rlperf.score import NOT_REACHED, target_key, time_to, tracked_targets
 from rlperf.timers import PHASES
 
@@ -46,6 +47,7 @@ def _device(system: Mapping[str, Any]) -> str:
 # What records must agree on for their timings to be comparable: (what, how to read it from "system").
 COMPARABLE: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
     ("device", _device),
+    ("machine", machine_text),
     ("rlperf version", lambda system: str(system.get("rlperf"))),
     ("torch version", lambda system: str(system.get("torch"))),
     ("thread count", lambda system: str(system.get("torch_threads"))),
@@ -479,12 +481,14 @@ def run_sources(
     runner: Callable[..., Any] | None = None,
     prefix: str = "compare",
     vary_seed: bool = True,
+    into: Path | None = None,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
     repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same
-    work). Runs go under one ``{prefix}-*`` directory in ``out``. ``on_run(label, repeat, event)``
+    work). Runs go under one ``{prefix}-*`` directory in ``out`` (``into``: an existing one, where
+    more repeats join those already run). ``on_run(label, repeat, event)``
     is told "start" and "done". ``stop``: the caller's stop signal (by default its own): a signal
     stops the run in progress at a step boundary and no other run starts. ``runner(label, cfg,
     **train_run keywords)`` replaces :func:`~rlperf.run.lifecycle.train_run` (scripts/bench_gate.py
@@ -505,7 +509,7 @@ def run_sources(
     stop.arm()
     with stop.installed() if own else contextlib.nullcontext():
         stop.raise_if_set("the comparison started")
-        folder = make_run_dir(out, name, prefix=prefix)
+        folder = into if into is not None else make_run_dir(out, name, prefix=prefix)
         for k in range(repeats):
             for i, s in to_run:
                 assert s.config is not None

@@ -1,49 +1,55 @@
-"""The CI gate: is a candidate slower than its baseline by more than a threshold, beyond the noise?
+"""The CI gate: is a candidate slower than its baseline by more than a threshold, and can the runs tell?
 
-``rlperf compare BASELINE --candidate CANDIDATE --fail-if-slower 5%`` exits 1 only then, 0
-otherwise (2 on bad input). Each side is a config run now (``--repeats`` times, interleaved with
-the other side when both are configs) or run records (``rlperf train``/``profile``/``compare``
-runs, or ``kind: "external"`` records written by :class:`rlperf.PhaseTimer`).
+``rlperf compare BASELINE --candidate CANDIDATE --fail-if-slower 5%`` has three verdicts: PASS (exit
+0) when the candidate is slower by less than the threshold with confidence, FAIL (exit 1) when by
+more with confidence, and INCONCLUSIVE (exit 3; ``--inconclusive pass|fail`` maps it to 0 or 1) when
+the runs cannot tell; 2 is bad input. Each side is a config run now (``--repeats`` times, interleaved
+with the other side, and while inconclusive one more interleaved pair at a time up to
+``--max-repeats``) or run records (``rlperf train``/``profile``/``compare`` runs, or ``kind:
+"external"`` records written by :class:`rlperf.PhaseTimer`).
 
-**The metrics.** By default (``step-p25+mean``) two, each tested at p < 0.025 so that the gate's
-false alarms stay below 5%: the time per env step at the 25th percentile of a run's vector steps
-(``timing.vector_step.p25_ms`` over env steps per vector step) and at their mean less the time
-the loop's thread waited for a CPU that other processes held (``mean_less_wait_ms``, Linux's
-run-queue wait: see :mod:`rlperf.timers`); the gate fails when either is slower. Other processes
-on a shared machine stretch steps, never shorten them, so the fastest quarter of the steps is
-where the code's own cost shows: on the 2-core box BENCHMARKS.md describes, ten identical runs varied
-by ±1% at the p25 step, ±4% at the median step and ±20% in mean throughput. But a cost that lands on
-fewer than three steps in four (an update every fourth step, a periodic log or checkpoint, a GC
-pause) does not move the p25, and the mean does: less its CPU waits it held ±2% under a load that
-put half of each step in the run queue. ``step-p25``, ``step-mean``, ``step-median`` and
-``throughput`` (mean env steps/s: sees everything, needs a quiet machine or many repeats) test one
-metric alone, at p < 0.05. Records without the mean (from an rlperf before it, or a machine without
-per-thread schedstat) are gated on the p25 alone, and the verdict warns that it is blind to such costs.
+**The metrics.** By default (``step-p25+mean``) two: the time per env step at the 25th percentile of
+a run's vector steps (``timing.vector_step.p25_ms`` over env steps per vector step) and at their mean
+less the time the loop's thread waited for a CPU that other processes held (``mean_less_wait_ms``,
+Linux's run-queue wait: see :mod:`rlperf.timers`). Other processes on a shared machine stretch steps,
+never shorten them, so the fastest quarter of the steps is where the code's own cost shows (±1% on
+the 2-core box BENCHMARKS.md describes); but a cost on fewer than three steps in four (an update every
+fourth step, a periodic log, a GC pause) does not move the p25, and the mean less its CPU waits does
+(±2% under load). ``step-p25``, ``step-mean``, ``step-median`` and ``throughput`` (mean env steps/s:
+sees everything, needs a quiet machine or many repeats) test one metric alone. Records without the
+mean are gated on the p25 alone, and the verdict warns that it is blind to such costs.
 
-**The test.** With ``x`` the baseline's log times per env step and ``y`` the candidate's, the
-candidate is slower by more than the threshold ``t`` when ``y > x + ln(1 + t)``: it takes more than
-``(1 + t)`` × the baseline's time per env step (as pytest-benchmark and asv read "5% slower"; its
-throughput below ``1 / (1 + t)`` × the baseline's). The gate shifts the candidate's samples by
-``ln(1 + t)`` and runs a one-sided exact Mann–Whitney U test (no assumption about the noise's distribution): exit 1
-when p < 0.05 and the Hodges–Lehmann estimate of the slowdown is above ``t``. Under identical
-code the chance of a false alarm is below 5% (far below, as identical code is ``t`` away from the
-alternative); the verdict also gives the slowdown's 95% confidence interval (the exact interval
-that inverts the same test). Interleaving the two sides' runs (A B A B ...) spreads slow drift of
-the machine over both, and every run uses the config's seed: on the CPU each repeat then does
-the same work step by step, so the spread is the machine's, not the workload's.
+**The test.** A run's figure is one sample; with ``x`` the baseline's log seconds per env step and
+``y`` the candidate's, ``mean(y) − mean(x)`` estimates the log of the ratio of their (geometric mean)
+times, with Welch's t interval (each side its own spread). "5% slower" is 1.05 × the baseline's time
+per env step (as pytest-benchmark and asv read it). FAIL when the interval's lower bound is above
+``ln(1.05)``, PASS when its upper bound is below, else INCONCLUSIVE: the two errors a gate must not
+make (failing identical code, passing a slowdown beyond its threshold) each stay below 5%. With two
+metrics a FAIL needs one of them above the threshold at 2.5% each (either may raise a false alarm),
+and a PASS needs both below at 5% each (a slowdown passes only if the metric that sees it passes it).
+Adding runs while inconclusive looks again at the same question; the errors it guards against are a
+threshold away from the truth in both directions, so the extra looks cost little (measured:
+scripts/bench_gate.py). The verdict also gives what the runs could see: the smallest slowdown their
+spread tells from none 95% of the time (:func:`detectable_line`), and how many runs a side would
+decide an inconclusive one. Interleaving the two sides' runs spreads slow drift of the machine over
+both, and every run uses the config's seed: on the CPU each repeat does the same work step by step,
+so the spread is the machine's, not the workload's.
+
+**Why it got slower.** Each phase's time per vector step (less CPU waits where the record has them)
+is tested the same way (:func:`phase_changes`), and where both sides carry cProfile's table, the
+functions whose time per vector step changed most (:func:`function_changes`).
 
 **What is compared.** Like with like: every record must agree on :data:`MEASURES` (what kind of
-run, which env and size, how many boards, the device, the timing mode, the rlperf version), and
-the records of one side on the config's knobs that change the work (:func:`check_like_with_like`;
-``--allow-mismatch KEY`` lifts a key). A run counts once (:func:`check_duplicates`). Records were
-validated when read (:mod:`rlperf.run.schema`), so the figures below come from sane numbers.
+run, which env and size, how many boards, the device, the machine, the timing mode, the rlperf
+version), and the records of one side on the config's knobs that change the work
+(:func:`check_like_with_like`; ``--allow-mismatch KEY`` lifts a key). A run counts once
+(:func:`check_duplicates`); a run that did not complete is left out and the verdict says so.
 
 Nothing here knows about Typer; :func:`verdict` is plain data.
 """
 
 from __future__ import annotations
 
-import functools
 import glob
 import hashlib
 import json
@@ -55,10 +61,18 @@ from pathlib import Path
 from typing import Any
 
 from rlperf.errors import RlperfError
-from rlperf.report.stats import is_number
+from rlperf.report.stats import is_number, shift
 from rlperf.report.units import terminal_safe
+from rlperf.system import machine_text
 
 ALPHA = 0.05
+POWER = 0.95
+"""The chance with which the detectable slowdown is detected (the same as the confidence)."""
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
+MIN_RUNS = 2
+"""Runs a side for a spread; a verdict from few runs is honest, and INCONCLUSIVE more often."""
+DEFAULT_REPEATS = 5
+DEFAULT_MAX_REPEATS = 15
 DEFAULT_METRIC = "step-p25+mean"
 METRICS = (DEFAULT_METRIC, "step-p25", "step-mean", "step-median", "throughput")
 _STEP_FIELD = {"step-p25": "p25_ms", "step-median": "p50_ms", "step-mean": "mean_less_wait_ms"}
@@ -91,8 +105,8 @@ def tested(metric: str, records: Iterable[Mapping[str, Any]]) -> tuple[tuple[str
     return ("step-p25",), (f"{len(lacking)} record(s) ({terminal_safe(name)}{', …' if len(lacking) > 1 else ''}) carry no "
                            "mean step less CPU waits (an older rlperf, or no per-thread schedstat): only the p25 step "
                            "was tested, and it does not see a cost on fewer than 3 steps in 4 (--gate-metric throughput does)")
-TEST = ("one-sided exact Mann–Whitney U test on log time per env step, the candidate's samples shifted by the "
-        "threshold; fail when p < 0.05 and the Hodges–Lehmann slowdown is above the threshold")
+TEST = ("Welch's t interval of the ratio of the sides' times per env step (on log times); fail when its lower "
+        "bound is above 1 + threshold, pass when its upper bound is below, else inconclusive")
 
 
 def parse_threshold(text: str) -> float:
@@ -133,131 +147,170 @@ def time_per_env_step(record: Mapping[str, Any], metric: str) -> float | None:
 
 # -- the statistics -------------------------------------------------------------------------------
 
-
-@functools.cache
-def _u_counts(n: int, m: int) -> tuple[int, ...]:
-    """How many of the C(n+m, n) orderings of n x's and m y's have U = u (U = #{x_i > y_j}), u = 0..nm."""
-    if n == 0 or m == 0:
-        return (1,)
-    # An ordering ends in an x (every y is below it: +m to U) or in a y (+0).
-    a, b = _u_counts(n - 1, m), _u_counts(n, m - 1)
-    out = [0] * (n * m + 1)
-    for u, c in enumerate(a):
-        out[u + m] += c
-    for u, c in enumerate(b):
-        out[u] += c
-    return tuple(out)
+PLAUSIBLE_S = (1e-12, 1e5)
+"""Seconds per env step a measurement can have: a picosecond (a thousand times past the fastest env) to
+a day's fraction. A record outside it is damaged, not slow, and its logarithms would overflow the test."""
 
 
-def u_cdf(u: float, n: int, m: int) -> float:
-    """P(U ≤ u) under the null (no ties), exactly."""
-    counts = _u_counts(n, m)
-    return sum(counts[: math.floor(u + 1e-9) + 1]) / math.comb(n + m, n)
-
-
-def min_p(n: int, m: int) -> float:
-    """The smallest p-value n against m samples can give: every ordering is equally likely."""
-    return 1 / math.comb(n + m, n)
-
-
-def u_statistic(x: Sequence[float], y: Sequence[float]) -> float:
-    """#{(i, j): x_i > y_j}, ties counted ½."""
-    return sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in x for b in y)
-
-
-def shift_interval(x: Sequence[float], y: Sequence[float], alpha: float = ALPHA) -> tuple[float, float] | None:
-    """The exact ``1 − alpha`` confidence interval for the shift ``y − x`` from the ordered pairwise
-    differences (the interval that inverts the two-sided U test); None when too few samples."""
-    n, m = len(x), len(y)
-    diffs = sorted(b - a for a in x for b in y)
-    k = 0
-    while u_cdf(k, n, m) <= alpha / 2:
-        k += 1
-    if k == 0:
-        return None
-    return diffs[k - 1], diffs[n * m - k]
-
-
-def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: float, metric: str = "step-p25",
-            alpha: float = ALPHA) -> dict[str, Any]:
-    """The gate's decision on seconds per env step of each side's runs, for one metric; see the module docstring."""
-    if min(len(baseline), len(candidate)) < 1 or min_p(len(baseline), len(candidate)) >= alpha:
-        raise RlperfError(
-            f"{len(baseline)} baseline and {len(candidate)} candidate runs cannot show a slowdown at p < {alpha:g}",
-            hint="run each side at least 4 times (--repeats 5 is the default), or pass more baseline records",
-        )
-    x, y = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
-    shift = math.log1p(threshold)
-    u = u_statistic(x, [b - shift for b in y])  # small when the shifted candidate is still slower
-    p = u_cdf(u, len(x), len(y))
-    estimate = statistics.median(b - a for a in x for b in y)
-    slowdown = math.expm1(estimate)  # the candidate's time per env step over the baseline's, less 1
-    interval = shift_interval(x, y)
-    ci = None if interval is None else [math.expm1(interval[0]), math.expm1(interval[1])]
-    fail = p < alpha and slowdown > threshold
-    if fail:
-        reason = (f"the candidate is {_pct(slowdown)} slower, beyond the {_pct(threshold)} threshold and the noise "
-                  f"(p = {p:.3g} < {alpha:g})")
-    elif slowdown > threshold:
-        reason = (f"the candidate looks {_pct(slowdown)} slower, but that is inside the noise "
-                  f"(p = {p:.3g}, not below {alpha:g})")
-    else:
-        word = "slower" if slowdown > 0 else "faster"
-        reason = f"the candidate is {_pct(abs(slowdown))} {word}, within the {_pct(threshold)} threshold"
-    return {
-        "schema": 1,
-        "kind": "gate",
-        "verdict": "fail" if fail else "pass",
-        "exit_code": 1 if fail else 0,
-        "metric": metric,
-        "threshold": threshold,
-        "slowdown": slowdown,
-        "ci95": ci,
-        "p_value": p,
-        "alpha": alpha,
-        "test": TEST,
-        "reason": reason,
-        "n": [len(x), len(y)],
-    }
-
-
-def decide(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], threshold: float,
-           metric: str) -> dict[str, Any]:
-    """The gate's decision over one or more single metrics (``samples``: metric -> (baseline,
-    candidate) seconds per env step), each tested at ``ALPHA / len(samples)``: it fails when one
-    fails. The verdict is the failing metric's (the larger slowdown if both fail; with none failing,
-    the metric that shows the larger slowdown); ``checks`` holds each metric's own."""
-    alpha = ALPHA / len(samples)
-    checks = {m: verdict(b, c, threshold, m, alpha) for m, (b, c) in samples.items()}
-    failed = [v for v in checks.values() if v["verdict"] == "fail"]
-    chosen = max(failed or checks.values(), key=lambda v: v["slowdown"])
-    out = dict(chosen)
-    out.update(metric=metric if len(checks) > 1 else chosen["metric"], decided_by=chosen["metric"], alpha=ALPHA, checks={
-        m: {k: v[k] for k in ("verdict", "slowdown", "ci95", "p_value", "alpha", "reason")} for m, v in checks.items()})
-    if len(checks) > 1:
-        out["test"] = TEST + f"; each of {' and '.join(checks)} at p < {alpha:g}, failing when either fails"
-    return out
+def check_plausible(value: float, what: str, where: str) -> float:
+    """``value`` (seconds) when a measurement could give it; a one-line error naming the record otherwise."""
+    if not PLAUSIBLE_S[0] <= value <= PLAUSIBLE_S[1]:
+        raise RlperfError(f"{where}: {what} of {value:.3g} s is not a measurement (a damaged record)",
+                          hint="record the run again, or leave this record out")
+    return value
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _signed_pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _ratio(log_shift: float) -> float:
+    """A shift of log times as a slowdown (the candidate's time over the baseline's, less 1)."""
+    return math.expm1(min(log_shift, 700.0))
+
+
+def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: float, metric: str = "step-p25",
+            alpha_fail: float = ALPHA, alpha_pass: float = ALPHA) -> dict[str, Any]:
+    """The gate's decision on seconds per env step of each side's runs, for one metric; see the module docstring.
+
+    FAIL when the ``1 − alpha_fail`` lower bound of the slowdown is above the threshold, PASS when the
+    ``1 − alpha_pass`` upper bound is below it, INCONCLUSIVE otherwise."""
+    if min(len(baseline), len(candidate)) < MIN_RUNS:
+        raise RlperfError(f"{len(baseline)} baseline and {len(candidate)} candidate runs have no spread to test",
+                          hint=f"run each side at least {MIN_RUNS} times (--repeats {DEFAULT_REPEATS} is the default), "
+                               "or pass more records")
+    d = shift([math.log(v) for v in baseline], [math.log(v) for v in candidate])
+    limit = math.log1p(threshold)
+    lower, upper = d.bound(alpha_fail, upper=False), d.bound(alpha_pass, upper=True)
+    slowdown = _ratio(d.estimate)
+    word = "slower" if slowdown >= 0 else "faster"
+    interval = f"{_signed_pct(_ratio(lower))} to {_signed_pct(_ratio(upper))}"
+    detectable = d.resolution(alpha_fail, POWER)
+    more: int | None = None
+    if lower > limit:
+        outcome = "fail"
+        reason = (f"the candidate is {_pct(abs(slowdown))} {word} (interval {interval}): above the {_pct(threshold)} "
+                  f"threshold with confidence")
+    elif upper < limit:
+        outcome = "pass"
+        reason = (f"the candidate is {_pct(abs(slowdown))} {word} (interval {interval}): below the {_pct(threshold)} "
+                  f"threshold with confidence")
+    else:
+        outcome = "inconclusive"
+        above = d.estimate > limit
+        more = d.runs_to_decide(abs(d.estimate - limit), alpha_fail if above else alpha_pass)
+        decide = (f"about {more} runs a side would decide it (from the measured spread, if the estimate holds)"
+                  if more is not None else "it sits on the threshold: no number of runs decides it at this estimate")
+        reason = (f"the candidate looks {_pct(abs(slowdown))} {word}, but its interval {interval} holds the "
+                  f"{_pct(threshold)} threshold: the runs cannot tell; {decide}")
+    if upper < 0:
+        speedup = "faster"  # a speed-up is claimed on the same rule: faster with confidence
+    elif lower > 0:
+        speedup = "not faster"
+    else:
+        speedup = "inconclusive"
+    return {
+        "schema": 2,
+        "kind": "gate",
+        "verdict": outcome,
+        "exit_code": EXIT_CODES[outcome],
+        "metric": metric,
+        "threshold": threshold,
+        "slowdown": slowdown,
+        "interval": [_ratio(lower), _ratio(upper)],
+        "confidence": {"fail": 1 - alpha_fail, "pass": 1 - alpha_pass},
+        "p_value": d.p_above(limit),
+        "p_below": 1 - d.p_above(limit),
+        "alpha": alpha_fail,
+        "detectable_slowdown": _ratio(detectable),
+        "fails_above": _ratio(limit + detectable),
+        "more_runs_a_side": more,
+        "spread": [math.expm1(s) for s in d.sd],
+        "speedup": speedup,
+        "test": TEST,
+        "reason": reason,
+        "n": [len(baseline), len(candidate)],
+    }
+
+
+def decide(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], threshold: float,
+           metric: str) -> dict[str, Any]:
+    """The gate's decision over one or more single metrics (``samples``: metric -> (baseline,
+    candidate) seconds per env step): FAIL when one fails, each tested at ``ALPHA / len(samples)``
+    (a false alarm on either stays below ALPHA); PASS when every one passes, each at ``ALPHA`` (a
+    slowdown passes only if the metric that sees it passes it); INCONCLUSIVE otherwise. The verdict
+    is the deciding metric's (the larger slowdown among those failing, else among those
+    inconclusive, else among all); ``checks`` holds each metric's own."""
+    checks = {m: verdict(b, c, threshold, m, ALPHA / len(samples), ALPHA) for m, (b, c) in samples.items()}
+    by = {o: [v for v in checks.values() if v["verdict"] == o] for o in EXIT_CODES}
+    outcome = "fail" if by["fail"] else "inconclusive" if by["inconclusive"] else "pass"
+    chosen = max(by[outcome], key=lambda v: v["slowdown"])
+    out = dict(chosen)
+    out.update(metric=metric if len(checks) > 1 else chosen["metric"], decided_by=chosen["metric"], alpha=ALPHA,
+               # whichever form a slowdown takes, the metrics that see it detect it at this size
+               detectable_slowdown=max(v["detectable_slowdown"] for v in checks.values()),
+               fails_above=max(v["fails_above"] for v in checks.values()),
+               checks={m: {k: v[k] for k in ("verdict", "slowdown", "interval", "confidence", "p_value",
+                                             "detectable_slowdown", "more_runs_a_side", "spread", "reason")}
+                       for m, v in checks.items()})
+    if outcome == "inconclusive":
+        wanted = [v["more_runs_a_side"] for v in by["inconclusive"]]
+        out["more_runs_a_side"] = None if None in wanted else max(wanted)
+    if len(checks) > 1:
+        out["test"] = TEST + (f"; fail when either of {' and '.join(checks)} fails (each at {ALPHA / len(checks):g}), "
+                              "pass when both pass")
+    return out
+
+
+def missing_note(left: Mapping[str, Sequence[str]], outcome: str) -> str:
+    """``2 candidate runs did not complete (c4, c5), counted as missing; the others still decide it: ``."""
+    parts = [f"{len(names)} {side} run{'s' if len(names) != 1 else ''} did not complete ({', '.join(names[:4])}"
+             f"{', …' if len(names) > 4 else ''})" for side, names in left.items() if names]
+    still = "the others still decide it" if outcome != "inconclusive" else "the others do not decide it"
+    return terminal_safe(f"{' and '.join(parts)}, counted as missing; {still}: ")
+
+
+def too_few(n: int, m: int, left: Mapping[str, Sequence[str]], threshold: float, metric: str) -> dict[str, Any]:
+    """The INCONCLUSIVE verdict of sides left with fewer than MIN_RUNS completed runs."""
+    reason = (missing_note(left, "inconclusive") + f"{n} baseline and {m} candidate runs completed, too few for a "
+              f"spread (at least {MIN_RUNS} a side); see the runs' records for why the others did not complete")
+    return {"schema": 2, "kind": "gate", "verdict": "inconclusive", "exit_code": EXIT_CODES["inconclusive"],
+            "metric": metric, "decided_by": parts(metric)[0], "threshold": threshold, "slowdown": None, "interval": None,
+            "p_value": 1.0, "alpha": ALPHA, "detectable_slowdown": None, "fails_above": None, "more_runs_a_side": None,
+            "speedup": "inconclusive", "test": TEST, "reason": reason, "n": [n, m], "checks": {}}
+
+
 def verdict_line(v: Mapping[str, Any]) -> str:
     """``gate: FAIL — ...`` for the terminal and CI logs."""
-    ci = v.get("ci95")
-    interval = f" (95% CI {_pct(ci[0])} to {_pct(ci[1])})" if ci else ""
     decided = v.get("decided_by", v["metric"])
-    others = [f"{_DESCRIBED[m]}: {_pct(abs(c['slowdown']))} {'slower' if c['slowdown'] > 0 else 'faster'}"
-              for m, c in (v.get("checks") or {}).items() if m != decided]
+    others = [f"{_DESCRIBED[m]}: {_pct(abs(c['slowdown']))} {'slower' if c['slowdown'] >= 0 else 'faster'}, "
+              f"{c['verdict']}" for m, c in (v.get("checks") or {}).items() if m != decided]
     also = f" (the {'; '.join(others)})" if others else ""
-    return (f"gate: {v['verdict'].upper()} — {v['reason']}; slowdown {_pct(v['slowdown'])}{interval} in "
-            f"{_DESCRIBED[decided]}{also}, {v['n'][0]} baseline vs {v['n'][1]} candidate runs, one-sided exact Mann–Whitney U")
+    exit_note = ""
+    if v["verdict"] == "inconclusive" and v["exit_code"] != EXIT_CODES["inconclusive"]:
+        exit_note = f"; counted as {'a pass' if v['exit_code'] == 0 else 'a fail'} (--inconclusive)"
+    return (f"gate: {v['verdict'].upper()} — {v['reason']}; in {_DESCRIBED[decided]}{also}, {v['n'][0]} baseline "
+            f"vs {v['n'][1]} candidate runs{exit_note}")
+
+
+def detectable_line(v: Mapping[str, Any]) -> str:
+    """What the gate could see, from the runs' spread, and whether its threshold is inside it."""
+    spread = v.get("spread") or [0.0, 0.0]
+    line = (f"detectable: {_pct(v['detectable_slowdown'])} — the smallest slowdown these runs tell from none "
+            f"({round(100 * POWER)}% of the time, at {round(100 * (1 - v['alpha']))}% confidence; spread per run "
+            f"±{_pct(spread[0])} baseline, ±{_pct(spread[1])} candidate); at this threshold a slowdown above "
+            f"{_pct(v['fails_above'])} fails {round(100 * POWER)}% of the time")
+    if v["threshold"] < v["detectable_slowdown"]:
+        line += (f"; the {_pct(v['threshold'])} threshold is below what these runs can see: more runs a side "
+                 "(--repeats, --max-repeats), a quieter machine or a larger threshold")
+    return line
 
 
 # -- the two sides ------------------------------------------------------------------------------
-
-DEFAULT_REPEATS = 5
 
 
 def load_side(args: Sequence[str], side: str, make_config: Any) -> list[Any]:
@@ -315,11 +368,14 @@ def check_records(sources: Sequence[Any], metric: str) -> None:
         raise RlperfError(f"{s.origin} has no {metric} figure (an async run, or a record older than the gate)", hint=hint)
 
 
-def gather(baseline: list[Any], candidate: list[Any], repeats: int, metric: str, **run_kwargs: Any) -> tuple[Any, Any, bool]:
+def gather(baseline: list[Any], candidate: list[Any], repeats: int, metric: str, max_repeats: int | None = None,
+           undecided: Any = None, **run_kwargs: Any) -> tuple[Any, Any, bool]:
     """Run the config sides (interleaved when both are configs) and collect each side's records.
 
     Returns the two :class:`~rlperf.experiments.compare.Side` objects and whether a Ctrl-C cut
-    the runs short. Refuses, before anything runs, a record without the gate's metric.
+    the runs short. Refuses, before anything runs, a record without the gate's metric. Adaptive
+    repeats: while ``undecided(baseline_side, candidate_side)`` holds, one more run of each config
+    side (interleaved, into the same folder) until ``max_repeats`` a side.
     """
     from rlperf.experiments.compare import Side, run_sources
 
@@ -329,22 +385,40 @@ def gather(baseline: list[Any], candidate: list[Any], repeats: int, metric: str,
     for s in baseline + candidate:
         if s.record is not None:
             sides[s.label].records.append(s.record)
-    interrupted = False
-    if to_run:
-        ran, interrupted = run_sources(to_run, repeats, prefix="gate", vary_seed=False, **run_kwargs)
+    if not to_run:
+        return sides["baseline"], sides["candidate"], False
+    into: Path | None = None
+    done, batch = 0, repeats
+    while True:
+        ran, interrupted = run_sources(to_run, batch, prefix="gate", vary_seed=False, into=into, **run_kwargs)
         for side in ran:  # only config sources ran: their sides hold the new runs alone
             sides[side.label].records.extend(side.records)
-    return sides["baseline"], sides["candidate"], interrupted
+            if side.records and into is None:  # the later pairs go beside the first runs
+                into = Path(side.records[0]["run_dir"]).parent
+        done += batch
+        base, cand = sides["baseline"], sides["candidate"]
+        if interrupted or undecided is None or done >= (max_repeats or repeats) or not undecided(base, cand):
+            return base, cand, interrupted
+        batch = 1
 
 
 def _completed(record: Mapping[str, Any]) -> bool:
     return record.get("status", "completed") == "completed"
 
 
+def _name(record: Mapping[str, Any]) -> str:
+    return terminal_safe(str(record.get("name") or record.get("run_dir") or "a record"))
+
+
 def samples(side: Any, metric: str) -> list[float]:
-    """Seconds per env step of each of a side's completed runs."""
-    values = [time_per_env_step(r, metric) for r in side.records if _completed(r)]
-    return [v for v in values if v is not None]
+    """Seconds per env step of each of a side's completed runs (a value no measurement could have is
+    a damaged record: refused in one line)."""
+    out = []
+    for r in side.records:
+        v = time_per_env_step(r, metric) if _completed(r) else None
+        if v is not None:
+            out.append(check_plausible(v, f"its time per env step ({metric})", _name(r)))
+    return out
 
 
 def run_names(side: Any, completed: bool | None = None) -> list[str]:
@@ -365,12 +439,116 @@ def compared_line(v: Mapping[str, Any], show: int = 6) -> str:
     return "compared: " + "; ".join(out)
 
 
+# -- why it got slower ---------------------------------------------------------------------------
+
+
+def _step_ms(record: Mapping[str, Any]) -> tuple[float | None, bool]:
+    """A record's mean vector step in ms, less its CPU waits where it has them (and whether it did)."""
+    step = (record.get("timing") or {}).get("vector_step") or {}
+    less = step.get("mean_less_wait_ms")
+    if is_number(less) and less > 0:
+        return float(less), True
+    mean = step.get("mean_ms")
+    return (float(mean) if is_number(mean) and mean > 0 else None), False
+
+
+def phase_ms(record: Mapping[str, Any], phase: str) -> float | None:
+    """A phase's ms per vector step in one record: its share of the phases' time × the mean step less
+    CPU waits (waits fall on the phases as their time does), else its total over the measured steps."""
+    stats = (record.get("phases") or {}).get(phase) or {}
+    step, less_wait = _step_ms(record)
+    share = stats.get("share")
+    if less_wait and is_number(share) and 0 <= share <= 1 and step is not None:
+        return share * step
+    total, steps = stats.get("total_s"), (record.get("timing") or {}).get("measured_steps")
+    if is_number(total) and is_number(steps) and steps > 0 and total >= 0:
+        return 1e3 * total / steps
+    return None
+
+
+def _change(name: str, b: Sequence[float], c: Sequence[float], tests: int) -> dict[str, Any] | None:
+    """One phase's or function's change in ms per vector step: the difference of the sides' means,
+    its 1 − ALPHA/tests interval and one-sided p-value of "slower at all" (Welch, on the ms)."""
+    if min(len(b), len(c)) < MIN_RUNS:
+        return None
+    d = shift(b, c)
+    alpha = ALPHA / max(tests, 1)
+    return {"name": name, "baseline_ms": statistics.fmean(b), "candidate_ms": statistics.fmean(c),
+            "delta_ms": d.estimate, "interval_ms": [d.bound(alpha / 2, upper=False), d.bound(alpha / 2, upper=True)],
+            "p_value": d.p_above(0.0), "alpha": alpha, "slower": d.bound(alpha, upper=False) > 0}
+
+
+def phase_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each phase both sides timed, its change in ms per vector step tested like the gate's (Welch, each
+    phase at ALPHA / the number of phases), the largest increase first."""
+    names = [n for n in dict.fromkeys(k for r in [*base, *cand] for k in (r.get("phases") or {}))
+             if all(n in (r.get("phases") or {}) for r in [*base, *cand])]
+    out = []
+    for name in names:
+        values = [[v for v in (phase_ms(r, name) for r in side) if v is not None] for side in (base, cand)]
+        for r, v in ((r, phase_ms(r, name)) for r in [*base, *cand]):
+            if v is not None:
+                check_plausible(v / 1e3, f"its {name} phase's time per vector step", _name(r))
+        change = _change(name, values[0], values[1], len(names))
+        if change is not None:
+            out.append(change)
+    return sorted(out, key=lambda c: -c["delta_ms"])
+
+
+def _function_ms(record: Mapping[str, Any]) -> dict[str, float]:
+    """cProfile's own time per function as ms per vector step: its share of the profile × the mean step."""
+    table = ((record.get("profile") or {}).get("cprofile") or {})
+    total, rows = table.get("total_s"), table.get("top") or []
+    step, _ = _step_ms(record)
+    if not (is_number(total) and total > 0 and step is not None):
+        return {}
+    return {str(row["function"]): row["tottime"] / total * step for row in rows
+            if isinstance(row, Mapping) and isinstance(row.get("function"), str) and is_number(row.get("tottime"))}
+
+
+def function_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+                     show: int = 3) -> list[dict[str, Any]]:
+    """Where both sides carry cProfile's table in every run: the functions in every one of them whose
+    own time per vector step grew most (tested as the phases are)."""
+    tables = [[_function_ms(r) for r in side] for side in (base, cand)]
+    if not all(tables[0]) or not all(tables[1]):
+        return []
+    common = set.intersection(*(set(t) for side in tables for t in side))
+    changes = [c for c in (_change(f, [t[f] for t in tables[0]], [t[f] for t in tables[1]], len(common))
+                           for f in sorted(common)) if c is not None]
+    return sorted(changes, key=lambda c: -c["delta_ms"])[:show]
+
+
+def _p(p: float) -> str:
+    return "p < 0.001" if p < 1e-3 else "p < 0.01" if p < 0.01 else f"p = {p:.2g}"
+
+
+def _where(function: str) -> str:
+    """``rlperf/buffer.py:88(add)`` -> ``buffer.py:88 add()``; a builtin as cProfile names it."""
+    match = re.fullmatch(r"(?:.*/)?([^/]+):(\d+)\((.+)\)", function)
+    return f"{match.group(1)}:{match.group(2)} {match.group(3)}()" if match else function
+
+
+def why_line(phases: Sequence[Mapping[str, Any]], functions: Sequence[Mapping[str, Any]]) -> str | None:
+    """``slower: push +0.41 ms per vector step (p < 0.01), buffer.py:88 add()``: the phases that got slower
+    beyond the noise, the largest first, with the function whose time grew most; None when none did."""
+    slower = [c for c in phases if c["slower"]]
+    if not slower:
+        return None
+    parts = [f"{terminal_safe(c['name'])} {c['delta_ms']:+.3g} ms per vector step ({_p(c['p_value'])})" for c in slower[:3]]
+    grew = [f for f in functions if f["slower"]]
+    if grew:
+        parts[0] += ", " + "; ".join(f"{terminal_safe(_where(f['name']))} {f['delta_ms']:+.3g} ms" for f in grew[:2])
+    return "slower: " + "; ".join(parts)
+
+
 # -- like with like -------------------------------------------------------------------------------
 
-MEASURES = ("kind", "env.id", "env.size", "num_envs", "device", "timing", "rlperf")
+MEASURES = ("kind", "env.id", "env.size", "num_envs", "device", "machine", "timing", "rlperf")
 """What every record the gate compares must agree on, on both sides; ``--allow-mismatch KEY`` lifts one.
 The config's knobs that change the work (``config.SECTION.KEY``) must agree within each side; across
-the sides they are what a config change under review changes, and the verdict names them."""
+the sides they are what a config change under review changes, and the verdict names them. ``machine``
+is the CPU model, CPU count and usable CPUs: a verdict across machines measures the machines."""
 
 _KIND = {"train": "train", "compare": "train", "sweep": "train", "replay": "train", "profile": "profile",
          "external": "external"}
@@ -431,6 +609,7 @@ def measures(record: Mapping[str, Any], config_only: bool = False) -> dict[str, 
         "env.size": _shown(env.get("size")),
         "num_envs": _shown(totals.get("num_envs", env.get("num_envs"))),
         "device": _shown(system.get("device")),
+        "machine": machine_text(system),
         "timing": _shown(table(record.get("timing")).get("mode")),
         "rlperf": _shown(system.get("rlperf")),
     }
@@ -503,11 +682,12 @@ def check_sources(baseline: Sequence[Any], candidate: Sequence[Any], allow: Coll
     will run (its device and timing mode are known once it ran; they are checked then)."""
     from rlperf import __version__
     from rlperf.config import config_to_dict
+    from rlperf.system import machine
 
     def measured(s: Any) -> tuple[str, dict[str, str]]:
         if s.config is None:
             return str(s.record.get("name") or s.origin), measures(s.record)
-        record = {"kind": "compare", "config": config_to_dict(s.config), "system": {"rlperf": __version__}}
+        record = {"kind": "compare", "config": config_to_dict(s.config), "system": {"rlperf": __version__, **machine()}}
         return f"{Path(s.origin).name} (config)", measures(record, config_only=True)
 
     return check_like_with_like({"baseline": [measured(s) for s in baseline],

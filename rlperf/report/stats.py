@@ -117,3 +117,82 @@ def training_start(record: Mapping[str, Any]) -> int:
     timing = record.get("timing") or {}
     warm = int(timing.get("warmup_steps") or 0) - int(timing.get("fill_steps") or 0)
     return fill + max(warm, 0) * n
+
+
+# -- intervals for the gate -----------------------------------------------------------------------
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (scipy's; ``df`` need not be a whole number, as Welch's is not)."""
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+def t_cdf(x: float, df: float) -> float:
+    """Student's t distribution function."""
+    from scipy.stats import t
+
+    return float(t.cdf(x, df))
+
+
+@dataclass(frozen=True)
+class Shift:
+    """The difference of two samples' means, ``mean(y) − mean(x)``, with Welch's standard error.
+
+    ``df`` is the Welch–Satterthwaite degrees of freedom; ``sd`` each sample's standard deviation.
+    With no spread at all on either side the difference is exact: ``se`` is 0 and ``df`` infinite."""
+
+    estimate: float
+    se: float
+    df: float
+    sd: tuple[float, float]
+    n: tuple[int, int]
+
+    def bound(self, alpha: float, upper: bool) -> float:
+        """The one-sided ``1 − alpha`` confidence bound (upper or lower) of the difference."""
+        half = t_quantile(1 - alpha, self.df) * self.se if self.se > 0 else 0.0
+        return self.estimate + half if upper else self.estimate - half
+
+    def p_above(self, value: float) -> float:
+        """One-sided p-value of "the difference is at most ``value``" (small: it is above ``value``)."""
+        if self.se == 0:
+            return 0.0 if self.estimate > value else 1.0
+        return 1 - t_cdf((self.estimate - value) / self.se, self.df)
+
+    def resolution(self, alpha: float, power: float) -> float:
+        """The smallest true difference this spread tells from none: found (the ``1 − alpha`` bound
+        excludes 0) with probability ``power``."""
+        if self.se == 0:
+            return 0.0
+        return (t_quantile(1 - alpha, self.df) + t_quantile(power, self.df)) * self.se
+
+    def runs_to_decide(self, gap: float, alpha: float, most: int = 1000) -> int | None:
+        """How many runs a side (both sides alike) would put the ``1 − alpha`` bound past ``gap`` from
+        the estimate, if the estimate and the spreads held; None when not within ``most``."""
+        var = self.sd[0] ** 2 + self.sd[1] ** 2
+        if gap <= 0:
+            return None
+        for k in range(max(self.n), most + 1):
+            df = (k - 1) if var == 0 else welch_df(self.sd[0] ** 2 / k, self.sd[1] ** 2 / k, k, k)
+            if var == 0 or t_quantile(1 - alpha, df) * math.sqrt(var / k) < gap:
+                return k
+        return None
+
+
+def welch_df(vx: float, vy: float, n: int, m: int) -> float:
+    """Welch–Satterthwaite degrees of freedom from the two squared standard errors."""
+    denominator = (vx * vx / (n - 1) if n > 1 else 0.0) + (vy * vy / (m - 1) if m > 1 else 0.0)
+    return (vx + vy) ** 2 / denominator if denominator > 0 else math.inf
+
+
+def shift(x: Sequence[float], y: Sequence[float]) -> Shift:
+    """:class:`Shift` of ``y`` over ``x`` (at least 2 samples a side, for a spread)."""
+    n, m = len(x), len(y)
+    if n < 2 or m < 2:
+        raise ValueError("a shift's spread needs at least 2 samples a side")
+    sx, sy = statistics.stdev(x), statistics.stdev(y)
+    vx, vy = sx * sx / n, sy * sy / m
+    se = math.sqrt(vx + vy)
+    return Shift(statistics.fmean(y) - statistics.fmean(x), se, welch_df(vx, vy, n, m) if se > 0 else math.inf,
+                 (sx, sy), (n, m))
