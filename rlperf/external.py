@@ -6,7 +6,9 @@ Three lines in any training loop::
     with timer.phase("step"): obs, r, term, trunc, info = envs.step(actions)
     timer.step_done()                              # once per loop iteration (vector step)
 
-and, to keep the result, ``timer.save("runs", num_envs=envs.num_envs)``: a run directory whose
+with ``timer.episodes(info)`` after each step (Gymnasium's ``RecordEpisodeStatistics``, single or
+vector) or ``timer.episode(return_, length)`` for the returns, and, to keep the result,
+``timer.save("runs", num_envs=envs.num_envs)``: a run directory whose
 ``run.json`` ``rlperf compare`` reads beside rlperf's own runs (and its CI gate,
 ``--fail-if-slower``). Run the script under ``rlperf profile -- python train.py`` and the phase
 table comes with cProfile's top functions and the advisor, without ``save``.
@@ -29,7 +31,7 @@ import resource
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -232,12 +234,16 @@ class PhaseTimer(timers.PhaseTimer):
         warmup_steps: the first steps, timed apart and left out of the statistics.
         interval_s: the record's ``intervals`` close a row at the first ``step_done()`` this many
             seconds after the last one (at most :data:`MAX_INTERVALS` rows, merged evenly).
+        score_targets: mean returns (over the last 100 episodes) whose first crossing the record's
+            ``time_to_score`` times, as ``train.score_targets`` does for rlperf's own runs.
 
     Phases are any names; ``select``, ``step``, ``push``, ``train`` and ``log`` are listed first, in
     that order. A phase may be entered inside another (its time is then the outer phase's self time,
     and :attr:`nested` maps it to the outer one; CUDA ``events`` mode refuses nesting) and from
-    several threads at once (each entry is timed on its own thread). Read the statistics with
-    :meth:`stats`, write a record with :meth:`save`.
+    several threads at once (each entry is timed on its own thread). Finished episodes come in with
+    :meth:`episode` or :meth:`episodes`, called before the ``step_done()`` of the step they ended in:
+    the record then has the learning figures, the learning curve and the time to score that
+    rlperf's own runs have. Read the statistics with :meth:`stats`, write a record with :meth:`save`.
     """
 
     _lock: threading.Lock
@@ -250,12 +256,21 @@ class PhaseTimer(timers.PhaseTimer):
     _closed: int
     _stride: int
     num_envs: int
+    score_targets: tuple[float, ...]
+    _episodes: list[tuple[int, float, float, float, float]]
 
     def __init__(self, device: Any = "cpu", mode: str = "auto", enabled: bool = True, warmup_steps: int = 0,
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0, score_targets: Sequence[float] = ()) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, numbers.Real) or not (
                 math.isfinite(interval_s) and interval_s > 0):
             raise ConfigError(f"interval_s must be a positive number of seconds, got {interval_s!r}")
+        if isinstance(score_targets, (str, bytes)) or not all(_finite(t) for t in score_targets):
+            raise ConfigError(f"score_targets must be finite numbers, got {score_targets!r}",
+                              hint="the mean returns over 100 episodes to time, e.g. score_targets=(100, 200)")
+        self.score_targets = tuple(float(t) for t in score_targets)
+        # One row per finished episode: (the vector step it ended in, the measured wall seconds and
+        # the seconds since the timer was made at that moment, its return, its length or NaN).
+        self._episodes = []
         self._lock = threading.Lock()
         self._local = threading.local()
         self.nested: dict[str, str] = {}
@@ -293,6 +308,38 @@ class PhaseTimer(timers.PhaseTimer):
         if _on_step is not None:
             _on_step(self)
 
+    def episode(self, return_: float, length: int | None = None) -> None:
+        """Note one finished episode: its return (its score) and, if known, its length in env steps."""
+        if not _finite(return_):
+            raise ConfigError(f"an episode's return must be a finite number, got {return_!r}")
+        if length is not None and not _finite(length):
+            raise ConfigError(f"an episode's length must be a finite number of steps, got {length!r}")
+        self._episodes.append((self.steps + 1, self.measured_wall_now(), perf_counter() - self._born,
+                               float(return_), float(length) if length is not None else math.nan))
+
+    def episodes(self, info: Mapping[str, Any]) -> int:
+        """Note the episodes a step's ``info`` reports finished; returns how many. Reads Gymnasium's
+        ``RecordEpisodeStatistics``: ``info["episode"]`` with ``"r"`` and ``"l"`` (one env), the same
+        as arrays with the ``info["_episode"]`` mask (its vector form), or a ``final_info`` list of
+        such dicts (Gymnasium before 1.0). An info without finished episodes is 0."""
+        if not isinstance(info, Mapping):
+            raise ConfigError(f"episodes() takes a step's info dict, got {type(info).__name__}",
+                              hint="timer.episode(return_, length) notes one episode by hand")
+        taken = 0
+        episode = info.get("episode")
+        if isinstance(episode, Mapping) and "r" in episode:
+            returns, lengths = _flat(episode["r"]), _flat(episode.get("l"))
+            mask = _flat(info["_episode"]) if "_episode" in info else [True] * len(returns)
+            for i, done in enumerate(mask):
+                if done and i < len(returns):
+                    self.episode(returns[i], lengths[i] if i < len(lengths) else None)
+                    taken += 1
+        elif isinstance(info.get("final_info"), (list, tuple)):
+            for item in info["final_info"]:
+                if isinstance(item, Mapping):
+                    taken += self.episodes(item)
+        return taken
+
     def _close_interval(self, now: float) -> None:
         with self._lock:
             self._interval_end = now
@@ -329,16 +376,26 @@ class PhaseTimer(timers.PhaseTimer):
             step = len(rows) / MAX_INTERVALS
             rows = [rows[min(len(rows) - 1, round((i + 1) * step) - 1)] for i in range(MAX_INTERVALS)]
         used = [name for name, total in rows[-1][2].items() if total > 0] if rows else []
+        episodes = sorted(self._episodes, key=lambda e: e[0])  # threads may note them out of order
         out = []
         previous: tuple[int, float, dict[str, float]] = (0, 0.0, {})
-        for steps, wall, phases in rows:
+        read = 0
+        for k, (steps, wall, phases) in enumerate(rows):
             env_steps = (steps - previous[0]) * num_envs
             seconds = wall - previous[1]
-            out.append({"env_steps": steps * num_envs, "wall_s": round(wall, 6), "episodes": None,
-                        "mean_episode_length": None,
-                        "s_per_1000_env_steps": 1000 * seconds / env_steps if env_steps > 0 and seconds > 0 else None,
-                        "phase_s": {name: phases.get(name, 0.0) - previous[2].get(name, 0.0) for name in used}})
-            previous = (steps, wall, phases)
+            # The last row takes every episode left (one noted after the last step_done()).
+            end = len(episodes) if k == len(rows) - 1 else next(
+                (i for i in range(read, len(episodes)) if episodes[i][0] > steps), len(episodes))
+            row: dict[str, Any] = {
+                "env_steps": steps * num_envs, "wall_s": round(wall, 6),
+                "episodes": end - read if episodes else None,
+                "mean_episode_length": _mean([e[4] for e in episodes[read:end] if e[4] == e[4]]),
+                "s_per_1000_env_steps": 1000 * seconds / env_steps if env_steps > 0 and seconds > 0 else None,
+                "phase_s": {name: phases.get(name, 0.0) - previous[2].get(name, 0.0) for name in used}}
+            if episodes:  # as rlperf's own rows: the mean score of the last 100 episodes so far
+                row["mean_score_100"] = _mean([e[3] for e in episodes[max(0, end - 100):end]])
+            out.append(row)
+            previous, read = (steps, wall, phases), end
         return out
 
     @property
@@ -363,13 +420,19 @@ class PhaseTimer(timers.PhaseTimer):
         compares it within each side, except the keys that name a run (seed, exp_name, run_name, out...).
         """
         from rlperf.atomic import write_json_atomic
-        from rlperf.run.files import RECORD_NAME, make_run_dir
+        from rlperf.run.files import RECORD_NAME, discard_run_dir, make_run_dir
 
-        check_num_envs(num_envs)  # before the run directory exists: a refused save writes nothing
+        # Before the run directory exists: a refused save writes nothing.
+        check_num_envs(num_envs)
+        checked = config_json(config)
         run_dir = make_run_dir(out, name, prefix="external")
-        record = self.record(name=run_dir.name, num_envs=num_envs, config=config)
-        record["run_dir"] = str(run_dir)
-        write_json_atomic(run_dir / RECORD_NAME, record)
+        try:
+            record = self.record(name=run_dir.name, num_envs=num_envs)
+            record["config"], record["run_dir"] = checked, str(run_dir)
+            write_json_atomic(run_dir / RECORD_NAME, record)
+        except BaseException:
+            discard_run_dir(run_dir)
+            raise
         return run_dir
 
 
@@ -384,6 +447,47 @@ def check_num_envs(num_envs: Any) -> int:
         raise ConfigError(f"num_envs must be a whole number from 1 to {MAX_NUM_ENVS:,}, got {num_envs!r}",
                           hint="the envs one step_done() steps, e.g. envs.num_envs")
     return int(num_envs)
+
+
+def config_json(config: Any) -> dict[str, Any] | None:
+    """``config`` as the record stores it (:func:`json_safe`), or a ConfigError: not a mapping, or a
+    value whose ``str`` fails."""
+    if config is None:
+        return None
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config must be a mapping of what ran, got {type(config).__name__}",
+                          hint="a dict of hyperparameters, e.g. vars(args)")
+    try:
+        return json_safe(dict(config))
+    except Exception as exc:  # a user's object whose __str__ (or keys) fail: any exception
+        raise ConfigError(f"config cannot be stored in the record: {type(exc).__name__}: {exc}",
+                          hint="give plain values (numbers, strings, lists, dicts)") from None
+
+
+def _finite(x: Any) -> bool:
+    """A finite real number (a NumPy or torch scalar included), not a bool."""
+    if isinstance(x, (bool, str, bytes)):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _flat(values: Any) -> list[Any]:
+    """A scalar, list, NumPy array or tensor as a flat list (empty for None)."""
+    if values is None:
+        return []
+    tolist = getattr(values, "tolist", None)
+    values = tolist() if callable(tolist) else values
+    if isinstance(values, (list, tuple)):
+        return [v for item in values for v in _flat(item)] if any(isinstance(v, (list, tuple)) for v in values) \
+            else list(values)
+    return [values]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _check_cuda(device: Any, asked: Any) -> None:
@@ -442,19 +546,45 @@ def external_record(timer: PhaseTimer, name: str = "external", num_envs: int | N
         "status": status,
         "command": list(command if command is not None else sys.argv),
         "started_at": getattr(timer, "started_at", None),
-        "config": json_safe(dict(config)) if config is not None else None,
+        "config": config_json(config),
         "system": light_system_info(timer.device),
         "timing": {"mode": timing["mode"], "warmup_steps": timing["warmup_steps"], "warmup_s": timing["warmup_s"],
                    "fill_steps": 0, "measured_steps": measured, "measured_wall_s": wall, "measured_env_steps": env_steps,
                    "vector_step": timing["vector_step"], "nested": dict(timer.nested), "timer_id": timer.timer_id},
         "totals": {"vector_steps": timer.steps, "env_steps": timer.steps * num_envs, "num_envs": num_envs,
-                   "wall_s": wall + float(timing["warmup_s"]), "warmup_s": timing["warmup_s"]},
+                   "wall_s": wall + float(timing["warmup_s"]), "warmup_s": timing["warmup_s"],
+                   **({"episodes": len(timer._episodes)} if timer._episodes else {})},
         "throughput": {"env_steps_per_s": rate, "steps_per_s": measured / wall if wall > 0 else 0.0,
                        "s_per_1000_env_steps": 1000.0 / rate if rate > 0 else None},
         "phases": {name: stats for name, stats in timing["phases"].items() if stats["calls"]},  # the ones you used
         "memory": {"peak_rss_mb": _peak_rss_mb(), "rss_scope": "process"},
         "intervals": timer.interval_rows(num_envs),
+        **_learning(timer, num_envs),
     }
+
+
+def _learning(timer: PhaseTimer, num_envs: int) -> dict[str, Any]:
+    """The record's ``learning`` and ``time_to_score`` from the episodes the timer was given, in the
+    fields rlperf's own records use (a script's score is its return); nothing without episodes."""
+    if not timer._episodes:
+        return {}
+    from rlperf.score import first_reached_each, record_section, target_key
+
+    episodes = sorted(timer._episodes, key=lambda e: e[0])
+    returns = [e[3] for e in episodes]
+    last = returns[-100:]
+    best = max(returns)
+    learning = {"mean_score_last_100": sum(last) / len(last), "mean_return_last_100": sum(last) / len(last),
+                "best_score": int(best) if best.is_integer() else best,
+                "mean_episode_length": _mean([e[4] for e in episodes if e[4] == e[4]]), "episodes": len(returns)}
+    reached = {}
+    for target, index in zip(timer.score_targets, first_reached_each([], returns, timer.score_targets), strict=True):
+        if index is not None:
+            steps, wall, run_wall = episodes[index][:3]
+            reached[target_key(target)] = {"wall_s": wall, "run_wall_s": run_wall, "env_steps": steps * num_envs,
+                                           "updates": None, "episodes": index + 1}
+    return {"learning": learning,
+            "time_to_score": record_section(timer.score_targets, reached, "every episode (PhaseTimer.episode)")}
 
 
 def light_system_info(device: Any = "cpu") -> dict[str, Any]:

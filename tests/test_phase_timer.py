@@ -202,3 +202,113 @@ def test_on_cuda_sync_mode_nests_events_mode_times_threads_and_a_missing_device_
     assert events.stats()["step"].calls == 1
     with pytest.raises(DeviceError, match="CUDA device"):
         rlperf.PhaseTimer(f"cuda:{torch.cuda.device_count()}")
+
+
+# -- episode returns (issue 41.6) and a refused save (issue 38.7) ---------------------------------
+
+
+def _vector_info(returns: list[float], lengths: list[int], done: list[bool]) -> dict[str, object]:
+    """What gymnasium.wrappers.vector.RecordEpisodeStatistics puts in a step's info."""
+    return {"episode": {"r": np.array(returns), "l": np.array(lengths), "t": np.zeros(len(done))},
+            "_episode": np.array(done)}
+
+
+def test_episode_returns_give_the_record_rlperfs_learning_fields() -> None:
+    timer = rlperf.PhaseTimer("cpu", interval_s=1e9, score_targets=(2.0, 50.0))
+    returns = [float(i % 5) for i in range(150)]  # the mean of any 100 in a row is 2.0
+    for i, ret in enumerate(returns):
+        timer.episode(ret, length=10 + i % 3)
+        timer.step_done()
+    record = timer.record(num_envs=4)
+    learning = record["learning"]
+    assert learning["mean_score_last_100"] == pytest.approx(np.mean(returns[-100:]))
+    assert learning["mean_return_last_100"] == learning["mean_score_last_100"] and learning["best_score"] == 4
+    assert learning["mean_episode_length"] == pytest.approx(11.0, abs=0.02) and record["totals"]["episodes"] == 150
+    (row,) = record["intervals"]
+    assert row["episodes"] == 150 and row["mean_score_100"] == pytest.approx(2.0)
+    hit, missed = record["time_to_score"]["targets"]
+    assert hit["reached"] and hit["episodes"] == 100 and hit["env_steps"] == 100 * 4  # the 100th episode's step
+    assert not missed["reached"] and missed["score"] == 50.0
+
+
+def test_episodes_read_gymnasiums_record_episode_statistics_in_every_form() -> None:
+    timer = rlperf.PhaseTimer("cpu")
+    assert timer.episodes({}) == 0 and timer.episodes({"episode": None}) == 0
+    assert timer.episodes(_vector_info([1.0, 7.0, 3.0], [5, 9, 4], [False, True, True])) == 2
+    assert timer.episodes({"episode": {"r": 2.5, "l": 8, "t": 0.1}}) == 1  # one env
+    assert timer.episodes({"episode": {"r": np.array([4.0]), "l": np.array([3])}}) == 1  # (1,) arrays
+    old = {"final_info": [None, {"episode": {"r": np.array([6.0]), "l": np.array([2])}}, {}]}  # gymnasium < 1.0
+    assert timer.episodes(old) == 1
+    torch = pytest.importorskip("torch")
+    assert timer.episodes({"episode": {"r": torch.tensor([1.0, 2.0]), "l": torch.tensor([1, 2])},
+                           "_episode": torch.tensor([True, False])}) == 1
+    assert [e[3] for e in timer._episodes] == [7.0, 3.0, 2.5, 4.0, 6.0, 1.0]
+    assert [e[4] for e in timer._episodes] == [9, 4, 8, 3, 2, 1]
+
+
+def test_episodes_from_a_real_gymnasium_vector_env() -> None:
+    gym = pytest.importorskip("gymnasium")
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync"))
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    timer = rlperf.PhaseTimer("cpu")
+    returns = []
+    for _ in range(300):
+        with timer.phase("step"):
+            _, _, _, _, info = envs.step(envs.action_space.sample())
+        timer.episodes(info)
+        if "_episode" in info:
+            returns += info["episode"]["r"][info["_episode"]].tolist()
+        timer.step_done()
+    envs.close()
+    record = timer.record(num_envs=4)
+    assert returns and record["totals"]["episodes"] == len(returns)
+    assert record["learning"]["mean_score_last_100"] == pytest.approx(np.mean(returns[-100:]))
+    assert sum(r["episodes"] for r in record["intervals"]) == len(returns)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "3", None, True])
+def test_an_episode_return_must_be_a_finite_number(value: object) -> None:
+    with pytest.raises(ConfigError, match="return must be a finite number"):
+        rlperf.PhaseTimer("cpu").episode(value)  # type: ignore[arg-type]
+
+
+def test_a_record_without_episodes_keeps_its_shape() -> None:
+    timer = rlperf.PhaseTimer("cpu")
+    timer.step_done()
+    record = timer.record()
+    assert "learning" not in record and "time_to_score" not in record and "episodes" not in record["totals"]
+    assert record["intervals"][0]["episodes"] is None
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+@pytest.mark.parametrize("config", [[1, 2], "lr=3", {"net": _Unprintable()}])
+def test_a_refused_config_is_one_error_and_leaves_nothing(config: object, tmp_path: Path) -> None:
+    timer = rlperf.PhaseTimer("cpu")
+    timer.step_done()
+    with pytest.raises(ConfigError, match="config"):
+        timer.save(tmp_path / "runs", config=config)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="config"):
+        timer.record(config=config)  # type: ignore[arg-type]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_compare_shows_a_scripts_learning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    dirs = []
+    for offset in (0.0, 1.0):
+        timer = rlperf.PhaseTimer("cpu", score_targets=(3.0,))
+        for i in range(120):
+            with timer.phase("step"):
+                pass
+            timer.episode(offset + i / 20)
+            timer.step_done()
+        dirs.append(str(timer.save(tmp_path, num_envs=2)))
+    code, out, err = run_cli(["compare", *dirs, "--no-plot", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "mean score (last 100)" in out and "time to score 3" in out

@@ -264,3 +264,42 @@ def test_an_external_record_without_scores_draws(tmp_path: Path) -> None:
     assert "no episode scores" in fig.axes[0].texts[0].get_text()
     assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["step", "train"]
     assert plots.save(fig, tmp_path / "run.png").stat().st_size < 150_000
+
+
+def test_a_record_with_nothing_to_draw_gets_no_run_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A script profiled without a PhaseTimer: no intervals, so every panel would be empty."""
+    from rlperf.cli.figures import draw_run
+
+    record = {"name": "plain", "kind": "external", "status": "completed", "run_dir": str(tmp_path), "intervals": []}
+    assert draw_run(record) is None and draw_run({**record, "intervals": None}) is None
+    assert not list(tmp_path.iterdir()) and capsys.readouterr().err == ""
+
+
+def test_profile_of_a_script_without_phase_timer_draws_and_announces_no_figure(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("total = sum(range(100_000))\n")
+    code, _, err = run_main(["profile", "--out", str(tmp_path / "runs"), "--", sys.executable, str(script)], capsys)
+    assert code == 0, err
+    run_dir = only_dir(tmp_path / "runs")
+    assert (run_dir / "run.json").is_file() and not (run_dir / "run.png").exists()
+    assert "figure:" not in err and "run.png" not in err
+
+
+def test_a_phase_timer_with_returns_draws_its_learning_curve(tmp_path: Path) -> None:
+    import rlperf
+    from rlperf.cli.figures import draw_run
+
+    timer = rlperf.PhaseTimer("cpu", interval_s=1e-9, score_targets=(1.0,))
+    for i in range(300):
+        with timer.phase("step"):
+            pass
+        timer.episode(i / 100)
+        timer.step_done()
+    record = json.loads((timer.save(tmp_path, num_envs=2) / "run.json").read_text())
+    fig = plots.run_figure(record, plots.run_series(record))
+    score = fig.axes[0]
+    curve = score.get_lines()[0]
+    assert len(curve.get_xdata()) == len(record["intervals"]) > 1 and not score.texts  # a curve, not "no scores"
+    assert any("score 1 reached" in t.get_text() for t in score.get_legend().get_texts())
+    assert draw_run(record) is not None and png_size(tmp_path / record["name"] / "run.png") == (1200, 800)

@@ -20,14 +20,18 @@ COMPARE_FIGURE = "compare.png"
 
 
 def draw_run(record: Mapping[str, Any], quiet: bool = False) -> Path | None:
-    """``run.png`` in the record's run directory."""
+    """``run.png`` in the record's run directory; none (and nothing said) when every panel would be
+    empty: a script profiled without a PhaseTimer has no intervals, scores or phase series."""
     from rlperf.report.plots import draw, run_figure, run_series
     from rlperf.run.files import METRICS_NAME
 
     run_dir = record.get("run_dir")
     if not run_dir:
         return None
-    path = draw(lambda: run_figure(record, run_series(record, Path(run_dir) / METRICS_NAME)), Path(run_dir) / RUN_FIGURE)
+    rows = run_series(record, Path(run_dir) / METRICS_NAME)
+    if not rows:
+        return None
+    path = draw(lambda: run_figure(record, rows), Path(run_dir) / RUN_FIGURE)
     announce(path, quiet)
     return path
 
