@@ -58,6 +58,13 @@ def _cross_field(message: str, hint: str) -> PydanticCustomError:
 SEED_MAX = 2**63 - 1
 """The largest ``run.seed``: seeds derived from it (repeat k's ``seed + k``, the actors' offsets) stay
 inside the unsigned 64-bit range torch and NumPy accept."""
+COUNT_MAX = 2**63 - 1
+"""The largest ``train.steps`` / ``train.episodes``: counters past it do not fit the signed 64-bit
+integers torch, NumPy and the record's readers hold them in (no run comes near it)."""
+TRAIN_RATIO_MAX = 10_000
+"""The most gradient updates per vector step. An update takes 20 µs to a few ms, so 10,000 make a
+vector step of a fraction of a second to a minute: beyond that the envs all but stop stepping (the
+seed's slow form, num_envs/4, is 64 at 256 boards)."""
 THREADS_MAX = 1024
 """More threads than any machine runs (torch cannot take 2**64, OpenBLAS fails at about 100,000)."""
 
@@ -210,10 +217,13 @@ class TrainConfig(BaseModel):
 
     model_config = _MODEL
 
-    episodes: int = Field(0, ge=0, description="stop after this many finished episodes across boards; 0 = no limit")
-    steps: int = Field(0, ge=0, description="stop after this many env transitions; 0 = no limit")
+    episodes: int = Field(0, ge=0, le=COUNT_MAX, description="stop after this many finished episodes across boards "
+                          "(summed over all env.num_envs boards, not per board), up to 2**63-1; 0 = no limit")
+    steps: int = Field(0, ge=0, le=COUNT_MAX, description="stop after this many env transitions, up to 2**63-1; "
+                       "0 = no limit")
     train_ratio: float = Field(
-        1.0, ge=0, description="gradient updates per vector step, ≥ 0; 0.25 = one every 4 steps "
+        1.0, ge=0, le=TRAIN_RATIO_MAX, description="gradient updates per vector step, 0 to 10,000 (an update takes "
+            "20 µs to a few ms: more would make one vector step last minutes); 0.25 = one every 4 steps "
             "(docs/bottlenecks.md §3, rlperf explain 3)"
     )
     learning_starts: int = Field(5_000, ge=0, description="env transitions collected before updates start")
@@ -305,6 +315,16 @@ class Config(BaseModel):
     buffer: BufferConfig = Field(default_factory=BufferConfig, description="the replay buffer")
     train: TrainConfig = Field(default_factory=TrainConfig, description="the training loop")
     async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async", description="actor/learner mode")
+
+    @model_validator(mode="after")
+    def _learning_can_start(self) -> Config:
+        if self.train.learning_starts > self.buffer.capacity:
+            raise _cross_field(
+                f"train.learning_starts ({self.train.learning_starts}) is larger than buffer.capacity "
+                f"({self.buffer.capacity}): the replay never holds that many transitions, so the run would never train",
+                "lower train.learning_starts or raise buffer.capacity",
+            )
+        return self
 
 
 # Section name as written in TOML and --set ("async") → its model class.

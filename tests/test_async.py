@@ -231,9 +231,10 @@ def test_async_refuses_settings_it_cannot_honour(tmp_path: Path) -> None:
     from rlperf.run.lifecycle import train_run
 
     for override, words in (("env.backend=gym-sync", "env.backend"), ("buffer.storage=list", "buffer.storage"),
-                            ("buffer.capacity=40", "buffer.capacity")):
+                            ("buffer.capacity=40", "buffer.capacity=40 is too small")):
         with pytest.raises(ConfigError, match=words):
-            train_run(_smoke(tmp_path, override, "buffer.batch_size=8"), out=tmp_path, quiet=True)
+            train_run(_smoke(tmp_path, override, "buffer.batch_size=8", "train.learning_starts=8"), out=tmp_path,
+                      quiet=True)
     assert not list(tmp_path.iterdir())  # nothing written
 
 

@@ -94,6 +94,12 @@ TRAIN_CASES = [
     # where the run would be written
     Case("name-with-slash", ("--name", "a/b"), ("a/b",)),
     Case("out-is-a-file", ("--out", "{dir}/file"), ("file",), {"file": "not a directory\n"}),
+    # bounds a run could not use: counters past 64 bits, a vector step of hours, a replay that never fills
+    Case("steps-above-2**63", ("--steps", str(2**63)), ("train.steps", "2**63-1")),
+    Case("episodes-above-2**63", ("--episodes", str(2**64)), ("train.episodes", "2**63-1")),
+    Case("train-ratio-huge", ("--set", "train.train_ratio=1e9"), ("train.train_ratio", "10,000")),
+    Case("learning-starts-above-capacity", ("--set", "train.learning_starts=6000"),
+         ("train.learning_starts", "buffer.capacity", "never train")),
 ]
 
 if not torch.cuda.is_available():

@@ -20,7 +20,7 @@ from rlperf.config import (
 from rlperf.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ["classic", "default", "fast", "naive", "smoke"]
+SHIPPED = ["ci", "classic", "default", "fast", "naive", "smoke"]
 
 
 def config_error(fn, *args, **kwargs) -> str:
@@ -172,7 +172,7 @@ def test_malformed_overrides(default: Config, override: str) -> None:
 
 def test_overrides_validate_together(default: Config) -> None:
     # One at a time each would break capacity ≥ batch_size; together they are fine.
-    cfg = apply_overrides(default, ["buffer.batch_size=512", "buffer.capacity=1000"])
+    cfg = apply_overrides(default, ["buffer.batch_size=512", "buffer.capacity=1000", "train.learning_starts=1000"])
     assert (cfg.buffer.capacity, cfg.buffer.batch_size) == (1000, 512)
 
 
