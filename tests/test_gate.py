@@ -440,14 +440,14 @@ def test_inconclusive_exits_3_or_as_told(tmp_path: Path, capsys) -> None:
     base = [str(write_record(tmp_path / "base", f"b{i}", us)) for i, us in enumerate(noise)]
     cand = [str(write_record(tmp_path / "cand", f"c{i}", 1.06 * us)) for i, us in enumerate(reversed(noise))]
     argv = ["compare", *base, "--candidate", *cand, "--fail-if-slower", "5%", "--no-plot"]
-    code, out, err = run_cli(argv, capsys)
+    code, out, _err = run_cli(argv, capsys)
     assert code == 3 and "gate: INCONCLUSIVE" in out and "cannot tell" in out and "runs a side would decide it" in out
     assert "detectable: " in out and "the 5.0% threshold is below what these runs can see" in out, out
-    code, out, err = run_cli([*argv, "--inconclusive", "pass", "--json"], capsys)
+    code, out, _err = run_cli([*argv, "--inconclusive", "pass", "--json"], capsys)
     v = json.loads(out)
     assert code == 0 == v["exit_code"] and v["verdict"] == "inconclusive" and v["more_runs_a_side"] > 5
     assert v["detectable_slowdown"] > 0.05 and v["fails_above"] > v["detectable_slowdown"]
-    code, out, err = run_cli([*argv, "--inconclusive", "fail"], capsys)
+    code, out, _err = run_cli([*argv, "--inconclusive", "fail"], capsys)
     assert code == 1 and "counted as a fail (--inconclusive)" in out, out
 
 
@@ -467,9 +467,9 @@ def test_records_from_other_machines_are_refused(key: str, value, tmp_path: Path
     for run in cand:
         _edit(run, lambda r: r["system"].update({key: value}))
     argv = ["compare", *map(str, base), "--candidate", *map(str, cand), "--fail-if-slower", "5%", "--no-plot"]
-    code, out, err = run_cli(argv, capsys)
+    code, _out, err = run_cli(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and "machine (" in err and "--allow-mismatch machine" in err, err
-    code, out, err = run_cli([*argv, "--allow-mismatch", "machine"], capsys)
+    code, _out, err = run_cli([*argv, "--allow-mismatch", "machine"], capsys)
     assert code == 0 and "records differ in machine" in err, err
 
 
@@ -503,12 +503,13 @@ def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path
             run = write_record(tmp_path / side, f"{side[0]}{i}", 1e3 * step_ms / 16, mean_us=1e3 * step_ms / 16)
             push_ms, select_ms = (0.5 + extra) * jitter, 1.5 * jitter
 
-            def fill(r: dict, push_ms: float = push_ms, select_ms: float = select_ms, step_ms: float = step_ms) -> None:
+            def fill(r: dict, push_ms: float = push_ms, select_ms: float = select_ms, step_ms: float = step_ms,
+                     add_ms: float = 0.1 * jitter + extra) -> None:
                 r["timing"]["measured_steps"] = 1000
                 r["phases"] = {"select": {"total_s": select_ms, "share": select_ms / step_ms},
                                "push": {"total_s": push_ms, "share": push_ms / step_ms}}
                 r["profile"] = {"cprofile": {"total_s": step_ms, "top": [
-                    {"function": "rlperf/buffer.py:88(add)", "tottime": push_ms - 0.4 * jitter, "cumtime": push_ms},
+                    {"function": "rlperf/buffer.py:88(add)", "tottime": add_ms, "cumtime": push_ms},
                     {"function": "rlperf/dqn.py:200(act)", "tottime": select_ms, "cumtime": select_ms}]}}
 
             _edit(run, fill)
@@ -524,3 +525,24 @@ def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path
     assert push["name"] == "push" and push["slower"] and push["delta_ms"] == pytest.approx(0.4, abs=0.01)
     assert select["name"] == "select" and not select["slower"] and select["p_value"] > 0.05
     assert v["functions"][0]["name"] == "rlperf/buffer.py:88(add)"
+
+
+def test_the_ci_recipe_runs_as_written(tmp_path: Path, capsys) -> None:
+    """The README's CI recipe at a small size: records made in the same job, interleaved, gated; and the
+    config-vs-config form, which runs both sides itself (adding pairs while inconclusive)."""
+    gate_dir = tmp_path / "gate"
+    for _ in range(3):  # interleaved: the runner's drift falls on both sides
+        for side in ("base", "cand"):
+            code, _out, err = run_cli(["train", "--config", "ci", "--steps", "480", "--out", str(gate_dir / side),
+                                       "--quiet"], capsys)
+            assert code == 0, err
+    code, out, err = run_cli(["compare", str(gate_dir / "base"), "--candidate", str(gate_dir / "cand"),
+                              "--fail-if-slower", "5%", "--no-plot"], capsys)
+    assert code in (0, 1, 3) and "gate: " in out and "detectable: " in out and "Traceback" not in err, err
+    assert "3 baseline vs 3 candidate runs" in out
+    code, out, err = run_cli(["compare", "ci", "--candidate", "ci", "--fail-if-slower", "5%", "--steps", "480",
+                              "--repeats", "2", "--max-repeats", "3", "--out", str(tmp_path / "runs"), "--quiet",
+                              "--no-plot", "--json"], capsys)
+    v = json.loads(out)
+    assert code == v["exit_code"] in (0, 1, 3) and v["repeats"]["first"] == 2 and v["repeats"]["ran"] in (2, 3), err
+    assert v["n"] == [v["repeats"]["ran"]] * 2 and (v["verdict"] != "inconclusive" or v["repeats"]["ran"] == 3)
