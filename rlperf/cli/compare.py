@@ -197,7 +197,7 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
 
     def undecided(base: Side, cand: Side) -> bool:
         """Whether the runs so far leave the verdict inconclusive (then one more pair runs)."""
-        verdict = _gate_result(base, cand, threshold, metric, allow, options)[0]["verdict"]
+        verdict = gate.result(base, cand, threshold, metric, allow, options.inconclusive)[0]["verdict"]
         if verdict == "inconclusive" and progress is not None:
             progress.bar.update(progress.task, total=(progress.bar.tasks[0].total or 0) + configs)
         return verdict == "inconclusive"
@@ -212,7 +212,7 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
-    result, (b, c) = _gate_result(base, cand, threshold, metric, allow, options)
+    result, (b, c) = gate.result(base, cand, threshold, metric, allow, options.inconclusive)
     if configs:
         ran = max(len(side.records) for side, s in ((base, baseline[0]), (cand, candidate[0])) if s.config is not None)
         result["repeats"] = {"first": repeats, "ran": ran, "max": most}
@@ -261,47 +261,6 @@ def _check_counts(n: int, m: int) -> None:
         raise RlperfError(f"{n} baseline and {m} candidate runs have no spread to test",
                           hint=f"run each side at least {gate.MIN_RUNS} times (--repeats {gate.DEFAULT_REPEATS} is the "
                                "default), or pass more records")
-
-
-def _gate_result(base: Side, cand: Side, threshold: float, metric: str, allow: list[str],
-                 options: GateOptions) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
-    """The verdict on the gathered sides with what it rests on (each side's samples, names and run
-    directories, the config changes, the phases and functions that changed, what the runs could
-    detect, the comparison), and the two sides' samples. Runs that did not complete count as missing:
-    too few left is an INCONCLUSIVE verdict that says so."""
-    from rlperf.experiments import gate
-    from rlperf.experiments.compare import compare as build_comparison
-
-    changed = gate.check_like_with_like({side.label: [(name, gate.measures(r)) for name, r in
-                                                       zip(gate.run_names(side), side.records, strict=True)]
-                                         for side in (base, cand)}, allow)
-    completed = [[r for r in side.records if gate._completed(r)] for side in (base, cand)]
-    metrics, fallback = gate.tested(metric, completed[0] + completed[1])
-    per = {m: (gate.samples(base, m), gate.samples(cand, m)) for m in metrics}
-    left = {side.label: gate.run_names(side, completed=False) for side in (base, cand)}
-    b, c = per[metrics[0]]
-    if min(len(b), len(c)) < gate.MIN_RUNS:
-        result = gate.too_few(len(b), len(c), left, threshold, metric)
-    else:
-        result = gate.decide(per, threshold, metric)
-        b, c = per[result["decided_by"]]
-        if any(left.values()):
-            result["reason"] = gate.missing_note(left, result["verdict"]) + result["reason"]
-    if result["verdict"] == "inconclusive" and options.inconclusive is not None:
-        result["exit_code"] = 0 if options.inconclusive == "pass" else 1
-    result["phases"] = gate.phase_changes(completed[0], completed[1])
-    result["functions"] = gate.function_changes(completed[0], completed[1])
-    result["why"] = gate.why_line(result["phases"], result["functions"])
-    comparison = build_comparison([base, cand])
-    for side, samples in ((base, b), (cand, c)):
-        result[side.label] = {"source": side.source, "samples_s_per_env_step": samples,
-                              "names": gate.run_names(side, completed=True), "left_out": left[side.label],
-                              "run_dirs": [r.get("run_dir") for r in side.records]}
-    result["config_changes"] = changed
-    result["allowed_mismatches"] = allow
-    result["warnings"] = ([fallback] if fallback else []) + comparison["warnings"]
-    result["comparison"] = comparison
-    return result, (b, c)
 
 
 def _show_gate(result: dict[str, Any], run: RunArgs) -> None:

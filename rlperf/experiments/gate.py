@@ -439,6 +439,47 @@ def compared_line(v: Mapping[str, Any], show: int = 6) -> str:
     return "compared: " + "; ".join(out)
 
 
+def result(base: Any, cand: Any, threshold: float, metric: str, allow: Collection[str] = (),
+           inconclusive: str | None = None) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
+    """The verdict on the gathered sides with what it rests on (each side's samples, names and run
+    directories, the config changes, the phases and functions that changed, what the runs could
+    detect, the comparison), and the deciding metric's two samples. Runs that did not complete count
+    as missing: too few left is an INCONCLUSIVE verdict that says so. ``inconclusive``: "pass" or
+    "fail" makes an INCONCLUSIVE verdict exit 0 or 1 instead of 3."""
+    from rlperf.experiments.compare import compare as build_comparison
+
+    changed = check_like_with_like({side.label: [(name, measures(r)) for name, r in
+                                                 zip(run_names(side), side.records, strict=True)]
+                                    for side in (base, cand)}, allow)
+    completed = [[r for r in side.records if _completed(r)] for side in (base, cand)]
+    metrics, fallback = tested(metric, completed[0] + completed[1])
+    per = {m: (samples(base, m), samples(cand, m)) for m in metrics}
+    left = {side.label: run_names(side, completed=False) for side in (base, cand)}
+    b, c = per[metrics[0]]
+    if min(len(b), len(c)) < MIN_RUNS:
+        out = too_few(len(b), len(c), left, threshold, metric)
+    else:
+        out = decide(per, threshold, metric)
+        b, c = per[out["decided_by"]]
+        if any(left.values()):
+            out["reason"] = missing_note(left, out["verdict"]) + out["reason"]
+    if out["verdict"] == "inconclusive" and inconclusive is not None:
+        out["exit_code"] = 0 if inconclusive == "pass" else 1
+    out["phases"] = phase_changes(completed[0], completed[1])
+    out["functions"] = function_changes(completed[0], completed[1])
+    out["why"] = why_line(out["phases"], out["functions"])
+    comparison = build_comparison([base, cand])
+    for side, values in ((base, b), (cand, c)):
+        out[side.label] = {"source": side.source, "samples_s_per_env_step": values,
+                           "names": run_names(side, completed=True), "left_out": left[side.label],
+                           "run_dirs": [r.get("run_dir") for r in side.records]}
+    out["config_changes"] = changed
+    out["allowed_mismatches"] = list(allow)
+    out["warnings"] = ([fallback] if fallback else []) + comparison["warnings"]
+    out["comparison"] = comparison
+    return out, (b, c)
+
+
 # -- why it got slower ---------------------------------------------------------------------------
 
 
