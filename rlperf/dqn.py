@@ -455,6 +455,19 @@ def steps_before_learning(cfg: Config) -> int:
     return max(0, math.ceil(learning_starts / cfg.env.num_envs) - 1)
 
 
+def pay_updates(agent: Agent, buffer: ReplayBuffer, progress: Progress, loss_sum: torch.Tensor,
+                should_stop: Callable[[], bool]) -> None:
+    """The gradient updates ``progress`` owes, their losses summed into ``loss_sum``. A stop request
+    is checked between two updates: one vector step can hold thousands (a large ``train_ratio``), and
+    Ctrl-C must not wait for them all. What is still owed stays in ``progress`` (and so in the
+    checkpoint), and :func:`run_loop` pays it first when the run resumes."""
+    while progress.owed_updates >= 1.0 and not should_stop():
+        progress.owed_updates -= 1.0
+        loss_sum += agent.update(buffer)
+        progress.loss_count += 1
+    progress.updates = agent.updates
+
+
 def run_loop(
     cfg: Config,
     env: Any,
@@ -472,8 +485,9 @@ def run_loop(
     """Train until the stop condition; returns the last observation (the env's state for a resume).
 
     ``on_log`` is called in the log phase every ``train.log_every`` vector steps, after the host
-    has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals)
-    and ``on_step`` (instruments, periodic checkpoints) are checked at each vector-step boundary;
+    has read the finished episodes and the mean loss into ``progress``; ``should_stop`` (signals) is
+    checked at each vector-step boundary and between two gradient updates (:func:`pay_updates`), and
+    ``on_step`` (instruments, periodic checkpoints) is called at each vector-step boundary;
     ``done`` replaces the config's stop condition (:func:`stop_reached`) where given; ``run_wall``
     gives the seconds since the run's start for the time to score (rlperf.score), which is checked
     where finished episodes are read: every step on the CPU, every log interval elsewhere.
@@ -498,6 +512,9 @@ def run_loop(
                 "env_steps": progress.env_steps, "updates": progress.updates}
 
     with gc_mode(t.gc):
+        if progress.owed_updates >= 1.0:  # a resume of a run stopped inside a vector step's updates
+            with timer.phase("train"):
+                pay_updates(agent, buffer, progress, loss_sum, should_stop)
         while not finished(progress) and not should_stop():
             with timer.phase("select"):
                 progress.epsilon = epsilon_at(cfg, progress.env_steps)
@@ -521,11 +538,7 @@ def run_loop(
             with timer.phase("train"):
                 if len(buffer) >= learning_starts:
                     progress.owed_updates += t.train_ratio
-                    while progress.owed_updates >= 1.0:
-                        progress.owed_updates -= 1.0
-                        loss_sum += agent.update(buffer)
-                        progress.loss_count += 1
-                    progress.updates = agent.updates
+                    pay_updates(agent, buffer, progress, loss_sum, should_stop)
 
             with timer.phase("log"):
                 episodes.record(infos)
@@ -536,8 +549,11 @@ def run_loop(
                 if log_boundary or finished(progress):
                     if progress.loss_count:
                         progress.last_loss = float(loss_sum) / progress.loss_count
-                        loss_sum.zero_()
-                        progress.loss_count = 0
+                        # The interval goes on past a run's last step that is not a log boundary: a
+                        # resume that extends the run logs the same mean as one uninterrupted run.
+                        if log_boundary:
+                            loss_sum.zero_()
+                            progress.loss_count = 0
                         if not math.isfinite(progress.last_loss):
                             progress.status = "diverged"
                     # CUDA events mode: resolve the interval's event pairs here, where the loss read

@@ -196,6 +196,12 @@ def _metrics_through_a_link(run_dir: Path) -> None:
     (run_dir / "metrics.csv").symlink_to(outside)
 
 
+def _metrics_cut_short(run_dir: Path) -> None:
+    path = run_dir / "metrics.csv"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))  # the last row, at env step 64, is gone
+
+
 RESUME_CASES = [
     # (id, how to damage a copy of a finished run, extra args, names in the line)
     ("not-a-run-directory", lambda d: [p.unlink() for p in d.iterdir()], (), ("not a run directory",)),
@@ -221,6 +227,11 @@ RESUME_CASES = [
     ("raw-pickle-checkpoint", _pickled_checkpoint, ("--steps", "128"),
      ("weights_only", "arbitrary code execution", "Do it only if you got the file from a trusted source")),
     ("metrics-csv-symlink", _metrics_through_a_link, ("--steps", "128"), ("metrics.csv", "symbolic link")),
+    # --out with --resume is refused, not ignored: the resume writes into RUN_DIR
+    ("with-out", None, ("--out", "elsewhere", "--steps", "128"), ("--out", "--resume")),
+    # a learning curve that lost rows before the checkpoint: the resumed curve would have a gap
+    ("metrics-csv-cut-short", _metrics_cut_short, ("--steps", "128"), ("metrics.csv", "env step 64", "gap")),
+    ("metrics-csv-missing", lambda d: (d / "metrics.csv").unlink(), ("--steps", "128"), ("metrics.csv", "no rows", "gap")),
 ]
 
 

@@ -349,3 +349,94 @@ def test_killed_during_a_write_the_previous_files_stay_readable(tmp_path: Path) 
         checkpoint = torch.load(folder / "checkpoint.pt", weights_only=True)
         assert torch.equal(checkpoint["weights"], torch.full((2_000_000,), float(checkpoint["version"])))
         assert checkpoint["version"] in (record["version"], record["version"] - 1)
+
+
+def run_args(steps: int) -> list[str]:
+    """RUN_ARGS stopping after ``steps`` env steps."""
+    args = list(RUN_ARGS)
+    args[args.index("--steps") + 1] = str(steps)
+    return args
+
+
+def test_extending_a_completed_run_reproduces_the_uninterrupted_run(tmp_path: Path, baseline: Path) -> None:
+    """A run that completed at a step that is not a log boundary wrote a last row there; extended with
+    --steps, its curve (the first row after the resume too: its loss and episode length are the
+    interval's since the last log boundary) and its state are those of one uninterrupted run."""
+    short = 505 * 16  # 505 vector steps of 16 boards: between the log rows at 500 and 510
+    assert cli_main(["train", *run_args(short), "--out", str(tmp_path), "--name", "short"]) == 0
+    run_dir = only_dir(tmp_path)
+    assert learning_rows(run_dir)[-1]["vector_steps"] == "505"
+    assert cli_main(["train", "--resume", str(run_dir), "--steps", str(STEPS), "--quiet"]) == 0
+    assert read_record(run_dir)["status"] == "completed"
+    assert_same_run(baseline, run_dir)
+
+
+def test_a_stop_inside_one_steps_updates_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C between two of a vector step's 40 updates stops there; the updates still owed are paid
+    first on resume, so weights, replay and curve are the uninterrupted run's."""
+    cfg = config_from("smoke", ["run.threads=1", "run.device=cpu", "train.log_every=10", "train.train_ratio=40"],
+                      steps=60 * 16)
+    base = train_run(cfg, out=tmp_path / "base", quiet=True, dashboard=False).run_dir
+    real = runner.Agent.update
+    calls = []
+
+    def update(self: Any, buffer: Any) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 40 * 20 + 7:  # the 8th update of a step that is not a log boundary
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, buffer)
+
+    monkeypatch.setattr(runner.Agent, "update", update)
+    cut = train_run(cfg, out=tmp_path / "cut", quiet=True, dashboard=False)
+    monkeypatch.setattr(runner.Agent, "update", real)
+    assert cut.exit_code == 130 and cut.record["status"] == "interrupted"
+    assert cut.record["totals"]["updates"] == 40 * 20 + 7
+    assert load_checkpoint(cut.run_dir)["progress"]["owed_updates"] >= 33
+    resumed = train_run(runner.resume_config(cut.run_dir), quiet=True, dashboard=False, resume=cut.run_dir)
+    assert resumed.exit_code == 0
+    assert_same_run(base, cut.run_dir)
+
+
+def test_sigint_lands_inside_a_long_train_phase(tmp_path: Path) -> None:
+    """train.train_ratio at its bound (10,000 updates per vector step, seconds to minutes each): Ctrl-C
+    reaches the update loop and the run stops, checkpointed, within a few seconds, not at the end of
+    the step."""
+    # 256 boards fill the replay to one batch in the first vector step, which then trains for minutes
+    # (10,000 updates of a few ms).
+    proc = spawn(["train", "-c", "smoke", "--envs", "256", "--steps", "1024", "--quiet", "--out", str(tmp_path),
+                  "--train-ratio", "10000", "--set", "train.learning_starts=256", "--set", "agent.hidden=[512,512]",
+                  "--set", "buffer.batch_size=256", "--set", "buffer.capacity=512", "--set", "run.threads=1",
+                  "--set", "run.device=cpu", "--set", "train.update=torch"])
+    try:
+        wait_for(lambda: any(tmp_path.iterdir()), proc)
+        run_dir = only_dir(tmp_path)
+        wait_for(lambda: (run_dir / "metrics.csv").exists(), proc)  # opened right before the first step
+        time.sleep(1.0)  # inside the first vector step's updates: the step before them takes milliseconds
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    record = read_record(run_dir)
+    assert record["status"] == "interrupted"
+    assert 0 < record["totals"]["updates"] < 10_000  # stopped inside the step's updates
+    assert took < 10, f"the stop took {took:.1f} s"
+
+
+def test_a_run_that_ends_inside_the_replay_fill_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--episodes 5 on 16 boards ends before train.learning_starts: the output says no training
+    happened, why, and what --episodes counts; no phase table of zeros, no footnote claiming the rates
+    exclude a warm-up they are all made of."""
+    code = cli_main(["train", "-c", "smoke", "--episodes", "5", "--out", str(tmp_path), "--set", "run.device=cpu",
+                     "--set", "run.threads=1", "--no-plot"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    record = read_record(only_dir(tmp_path))
+    assert record["totals"]["updates"] == 0 and record["timing"]["measured_steps"] == 0
+    assert "no training happened" in err and "summed over all 16 boards" in err and "train.learning_starts" in err
+    assert "rates exclude" not in out and "every step was warm-up: rates are over the whole run" in " ".join(out.split())
+    assert "phases" not in out.split("summary")[0]

@@ -17,6 +17,7 @@ from rlperf.errors import RlperfError
 @command()
 @run_options()
 def train(
+    ctx: typer.Context,
     tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tb.")] = False,
     resume: Annotated[Path | None, typer.Option(
         "--resume", metavar="RUN_DIR",
@@ -35,6 +36,13 @@ def train(
             raise RlperfError("--config cannot be combined with --resume", hint=f"a resume uses {resume}/config.toml")
         if run.name is not None:
             raise RlperfError("--name cannot be combined with --resume", hint="a resume continues in RUN_DIR")
+        # Refused, not ignored: a resume writes into RUN_DIR itself, and an --out that silently wrote
+        # nothing there would leave the user looking for a run that went elsewhere.
+        source = ctx.get_parameter_source("out")
+        if source is not None and source.name != "DEFAULT":
+            raise RlperfError("--out cannot be combined with --resume",
+                              hint=f"a resume continues in {resume} itself; to continue a copy elsewhere, copy the "
+                                   "directory there and resume the copy")
         cfg = resume_config(resume, run.set_, **run.flags())
     else:
         cfg = run.build_config()
@@ -63,14 +71,39 @@ def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
     from rlperf.report.tables import episode_growth_line, phase_table, summary_table
 
     console = Console()
-    console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
+    untrained = no_training_line(record)
+    if record["timing"].get("measured_steps"):
+        console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
     console.print(summary_table(record))
+    if untrained:
+        print(untrained, file=sys.stderr)
     growth = episode_growth_line(record)
     if growth:
         console.print(growth, highlight=False, markup=False)
     line = status_line(record, quiet)
     if line:
         print(line, file=sys.stderr)
+
+
+def no_training_line(record: dict[str, Any]) -> str | None:
+    """Why a run made no gradient update (it stopped while filling the replay), or None if it made some."""
+    totals = record.get("totals") or {}
+    if totals.get("updates") or record.get("status") not in ("completed", "interrupted"):
+        return None
+    config = record.get("config") or {}
+    train, envs = config.get("train") or {}, (config.get("env") or {}).get("num_envs")
+    starts = max(int(train.get("learning_starts") or 0), int((config.get("buffer") or {}).get("batch_size") or 0))
+    if record["status"] == "interrupted":
+        why = "it was interrupted"
+    elif train.get("episodes"):
+        why = (f"it reached --episodes {train['episodes']:,} (finished episodes summed over all {envs:,} boards, "
+               "not per board)")
+    else:
+        why = f"it reached --steps {train.get('steps', 0):,} (env transitions over all boards)"
+    return (f"no training happened: {why} after {totals.get('env_steps', 0):,} env steps, before the replay held "
+            f"the {starts:,} transitions training starts at (train.learning_starts); every step filled the replay, "
+            "so the loss is nan and no phase was measured; run longer (--episodes, --steps) or lower "
+            "train.learning_starts")
 
 
 def status_line(record: dict[str, Any], quiet: bool) -> str | None:

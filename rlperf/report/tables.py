@@ -93,6 +93,8 @@ def summary_table(record: Mapping[str, Any], title: str | None = "summary") -> T
     caption = None
     if totals.get("warmup_s") is not None:
         caption = f"rates exclude {units.duration(totals['warmup_s'])} of warm-up"
+        if (record.get("timing") or {}).get("measured_steps") == 0:  # rlperf.run.lifecycle.sync_record
+            caption = "every step was warm-up: rates are over the whole run"
     table = Table(title=title, caption=caption, show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")

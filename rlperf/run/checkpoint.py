@@ -36,7 +36,7 @@ from rlperf.errors import RlperfError
 from rlperf.atomic import save_torch_atomic, write_bytes_atomic
 from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, read_metrics_header, read_record
 from rlperf.env.registration import ENV_ID as SNAKE_ID
-from rlperf.run.record import METRICS_FIELDS, RunHistory
+from rlperf.run.record import METRICS_FIELDS, RunHistory, cumulative
 
 if TYPE_CHECKING:
     from rlperf.buffer import ReplayBuffer
@@ -175,7 +175,57 @@ def load_checkpoint(run_dir: Path, cfg: Config, device: torch.device) -> dict[st
             hint=f"pass --device {saved_device.type}",
         )
     read_metrics_header(run_dir / METRICS_NAME, METRICS_FIELDS)  # a foreign or damaged curve: refused now
+    check_curve(run_dir, state)
     return state
+
+
+def check_curve(run_dir: Path, state: dict[str, Any]) -> None:
+    """Refuse a resume whose ``metrics.csv`` lacks rows the run wrote before its checkpoint (the file
+    was cut short or edited): appending to it would leave a gap in the learning curve, silently.
+    The checkpoint's history notes every log row's env step (thinned, the latest always kept)."""
+    noted = [cumulative(row)["env_steps"] for row in state["run"].get("intervals") or []]
+    if not noted:
+        return
+    path = run_dir / METRICS_NAME
+    have = set(_curve_env_steps(path, state["progress"]["vector_steps"]))
+    lost = [steps for steps in noted if steps not in have]
+    if lost:
+        last = f"ends at env step {max(have)}" if have else "has no rows"
+        raise RlperfError(
+            f"--resume {run_dir}: {path.name} {last}, but the run logged a row at env step {lost[0]}"
+            + (f" and {len(lost) - 1} more that are not there" if len(lost) > 1 else " that is not there")
+            + "; the resumed learning curve would have a gap",
+            hint=f"restore {path.name} from a copy, or start a new run")
+
+
+def _curve_env_steps(path: Path, vector_steps: int) -> list[int]:
+    """The env steps of the whole rows of ``metrics.csv`` up to ``vector_steps`` (none if it is missing)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise RlperfError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = text.splitlines(keepends=True)
+    rows = csv.reader(line for line in lines if line.endswith("\n"))
+    header = next(rows, [])
+    if "env_steps" not in header or "vector_steps" not in header:
+        return []
+    env_col, step_col = header.index("env_steps"), header.index("vector_steps")
+    steps = []
+    for row in rows:
+        with contextlib.suppress(ValueError, IndexError):
+            if int(row[step_col]) <= vector_steps:
+                steps.append(int(row[env_col]))
+    return steps
+
+
+def finish_row(history: RunHistory, progress: Progress, log_every: int) -> bool:
+    """Whether the run's last log row is the one a completed run writes at its last step when that
+    step is not a log boundary. A resume that extends the run drops that row (with its interval): the
+    run goes on, and its curve is then the one an uninterrupted run writes."""
+    last = history.intervals[-1] if history.intervals else None
+    return last is not None and last["env_steps"] == progress.env_steps and progress.vector_steps % log_every != 0
 
 
 def reached_stop(progress: dict[str, Any], cfg: Config) -> str | None:
@@ -354,12 +404,14 @@ def restore(
     return history
 
 
-def tidy_for_resume(run_dir: Path, vector_steps: int) -> None:
-    """Drop what a killed process left after its checkpoint: temp files and later metrics rows.
+def tidy_for_resume(run_dir: Path, vector_steps: int, finished_row: bool = False) -> None:
+    """Drop what a killed process left after its checkpoint: temp files and later metrics rows;
+    with ``finished_row`` (:func:`finish_row`) the completed run's last row too, at ``vector_steps``.
 
     The header was checked by :func:`load_checkpoint`; rows that do not parse (torn, or bytes that
     are not UTF-8) are dropped with the rows after the checkpoint.
     """
+    last_kept = vector_steps - 1 if finished_row else vector_steps
     for tmp in run_dir.glob(".*.tmp"):  # from atomic writes cut short; the run is locked, so none is live
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -383,7 +435,7 @@ def tidy_for_resume(run_dir: Path, vector_steps: int) -> None:
         if not line.endswith(b"\n"):
             return False  # a torn last row
         try:
-            return int(next(csv.reader([line.decode("utf-8")]))[column]) <= vector_steps
+            return int(next(csv.reader([line.decode("utf-8")]))[column]) <= last_kept
         except (ValueError, IndexError, StopIteration, UnicodeDecodeError):
             return False
 

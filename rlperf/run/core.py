@@ -60,16 +60,17 @@ class RunCore:
     @classmethod
     def open(cls, *, cfg: Config, device: torch.device, run_dir: Path, kind: str, history: RunHistory,
              stop: StopSignal, new_dir: bool, show: bool, resumed: Progress | None = None,
-             resumable: bool = True, heading: str | None = None) -> RunCore:
+             finished_row: bool = False, resumable: bool = True, heading: str | None = None) -> RunCore:
         """Reset the memory peaks, hold the record's space back, write ``config.toml`` and open
         ``metrics.csv`` (a resume first tidies what a killed run left after its checkpoint). A disk
-        error here, before the first step, leaves nothing of a new run. ``heading``: the dashboard's first
-        line (:func:`forms_line`)."""
+        error here, before the first step, leaves nothing of a new run. ``finished_row``: the resumed run's
+        last row is its finish row, which goes (:func:`rlperf.run.checkpoint.finish_row`). ``heading``:
+        the dashboard's first line (:func:`forms_line`)."""
         rss_scope = reset_peak_memory(device)
         reserve: SpaceReserve | None = None
         try:
             if resumed is not None:  # first: it removes temp files, and the reserve is named like one
-                tidy_for_resume(run_dir, resumed.vector_steps)
+                tidy_for_resume(run_dir, resumed.vector_steps, finished_row)
             reserve = SpaceReserve(run_dir)
             write_text_atomic(run_dir / CONFIG_NAME, to_toml(cfg))
             metrics = MetricsLog(run_dir, tensorboard=cfg.train.tensorboard)

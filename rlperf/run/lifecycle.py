@@ -6,7 +6,8 @@ the knobs and the memory the run will need, builds the env, buffer and agent, ru
 :mod:`rlperf.run.learner`), and writes ``run.json``, ``metrics.csv``, ``config.toml`` and
 ``checkpoint.pt`` atomically. The lifecycle:
 
-- **Signals.** SIGINT and SIGTERM stop the loop at the next vector-step boundary; the checkpoint
+- **Signals.** SIGINT and SIGTERM stop the loop at the next vector-step boundary, or between two
+  gradient updates of a step (a large ``train_ratio`` makes a step long); the checkpoint
   and the record are written with ``status: interrupted`` and the exit code is 130 / 143. The
   handlers stay installed through the final write, so a second Ctrl-C cannot tear it. A signal
   that arrives before the run directory exists ends the command with nothing written. A caller
@@ -31,7 +32,11 @@ the knobs and the memory the run will need, builds the env, buffer and agent, ru
   checkpoint (:mod:`rlperf.run.checkpoint`). ``metrics.csv`` is appended (rows written after the
   checkpoint, by a run that was killed, are dropped first), ``config.toml``, ``checkpoint.pt``
   and ``run.json`` are replaced, and the record lists each resume under ``resumed``. On the CPU a
-  resumed run reproduces the uninterrupted run exactly. A run killed between its final checkpoint
+  resumed run reproduces the uninterrupted run exactly: a run stopped inside a step's updates pays
+  the rest first (if that step wrote a log row, the row holds the losses up to the stop, and the
+  next row the rest), and a completed run extended with ``--steps``/``--episodes`` drops the row its last
+  step wrote off a log boundary, its interval going on. A ``metrics.csv`` that lost rows written before
+  the checkpoint is refused. A run killed between its final checkpoint
   and its record is finished: its resume writes the missing record from the checkpoint (marked
   ``recovered``) without training.
 """
@@ -60,8 +65,8 @@ from rlperf.env.backends import build_env, env_spec
 from rlperf.env.plan import EnvPlan, plan_env
 from rlperf.errors import DiskError, RlperfError
 from rlperf.run.checkpoint import (
-    check_run_dir, checkpoint_state, load_checkpoint, reached_stop, restore, resume_config, tidy_for_resume,
-    unrecorded_finish,
+    check_run_dir, checkpoint_state, finish_row, load_checkpoint, reached_stop, restore, resume_config,
+    tidy_for_resume, unrecorded_finish,
 )
 from rlperf.run.common import RunResult, prepare, seed_everything, thread_settings_restored
 from rlperf.run.core import RunCore, forms_line
@@ -162,9 +167,13 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
     timer = PhaseTimer(device, mode=cfg.run.timing, warmup_steps=fill + cfg.train.warmup_steps,
                        annotate=hooks.annotate_phases)
     progress = Progress(score_targets=tuple(cfg.train.score_targets))
+    finished_row = False
     if saved is not None:
         assert run_dir is not None
         history = restore(saved, run_dir, env, agent, buffer, timer, progress)
+        finished_row = finish_row(history, progress, saved["config"]["train"]["log_every"])
+        if finished_row:  # the run goes on past its last step: its interval is not over
+            history.intervals.pop()
         history.resumed.append({"from_env_steps": progress.env_steps, "from_vector_steps": progress.vector_steps,
                                 "at": now(), "command": list(command or sys.argv)})
     else:
@@ -175,7 +184,7 @@ def _build_and_run(cfg: Config, out: str | Path, name: str | None, command: list
         run_dir = make_run_dir(out, name, prefix=kind)  # only once everything was accepted
         held.callback(os.close, lock_run_dir(run_dir))
     core = RunCore.open(cfg=cfg, device=device, run_dir=run_dir, kind=kind, history=history, stop=stop, new_dir=new,
-                        show=show and not quiet, resumed=progress if saved is not None else None,
+                        show=show and not quiet, resumed=progress if saved is not None else None, finished_row=finished_row,
                         heading=forms_line(env_plan, agent.update_form))
     run = SyncRun(core=core, env=env, env_plan=env_plan, buffer=buffer, agent=agent, timer=timer, progress=progress,
                   hooks=hooks, fill_steps=fill)
