@@ -652,12 +652,16 @@ def advise(
         return []
     cfg = cfg if cfg is not None else Config.model_validate(record["config"])
     verify = verify or VerifyBase()
-    floor = MIN_SAVING_SHARE * measured_total(record)
+    total = measured_total(record)
+    floor = MIN_SAVING_SHARE * total
     findings = []
     for rule in rules:
         finding = rule(record, cfg, calls, gc)
         if finding is None or (finding.est_saving_s is not None and finding.est_saving_s < floor):
             continue
+        if finding.est_saving_s is not None and finding.est_saving_s > total:
+            # The one clamp: a saving is a share of the measured time, never more than all of it.
+            finding = replace(finding, est_saving_s=total)
         if finding.knob:
             finding = replace(finding, command=verify.command(finding.knob))
         findings.append(finding)

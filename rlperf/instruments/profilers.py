@@ -264,12 +264,21 @@ def _importing() -> bool:
     return bool(getattr(bootstrap, "_module_locks", None))
 
 
+def _instrument_frame(file: str) -> bool:
+    """Whether ``file`` is a profiler's own code: torch.profiler's (its trace stop and the parsing of
+    its events) or this module's."""
+    path = file.replace("\\", "/")
+    return "/torch/profiler/" in path or "/torch/autograd/profiler" in path or file == __file__
+
+
 class GcMonitor:
     """Collections per generation and seconds spent in them, via ``gc.callbacks`` (cheap).
 
     Collections that run while a module is being imported (a lazy ``import torch._dynamo`` inside
     the first optimizer, say) are one-time start-up costs: they are counted apart, in
-    ``during_imports``, and left out of the other figures.
+    ``during_imports``, and left out of the other figures. So are those a profiler's own code
+    starts (torch.profiler parsing its events makes many objects): ``during_instruments``. An
+    instrument's cost is never the loop's.
 
     A collection starts on an allocation, so the Python frames running when it starts are the code
     that churns objects: ``triggers`` keeps the innermost few frames of each collection (file,
@@ -286,6 +295,7 @@ class GcMonitor:
         self.max_s = 0.0
         self.wall_s = 0.0
         self.importing = [0, 0.0]  # collections and seconds while importing
+        self.instruments = [0, 0.0]  # collections and seconds a profiler's own code started
         self.triggers: dict[tuple[tuple[str, int, str], ...], list[float]] = {}
         self._t0 = 0.0
         self._stack: tuple[tuple[str, int, str], ...] = ()
@@ -301,6 +311,10 @@ class GcMonitor:
             self._t0 = perf_counter()
             return
         seconds = perf_counter() - self._t0
+        if any(_instrument_frame(frame[0]) for frame in self._stack):
+            self.instruments[0] += 1
+            self.instruments[1] += seconds
+            return
         trigger = self.triggers.setdefault(self._stack, [0, 0.0])
         trigger[0] += 1
         trigger[1] += seconds
@@ -345,6 +359,7 @@ class GcMonitor:
             "loop_wall_s": self.wall_s,
             "share_of_loop": self.total_s / self.wall_s if self.wall_s > 0 else 0.0,
             "during_imports": {"collections": self.importing[0], "total_s": self.importing[1]},
+            "during_instruments": {"collections": self.instruments[0], "total_s": self.instruments[1]},
             "triggers": [{"frames": [list(f) for f in stack], "collections": int(n), "total_s": t}
                          for stack, (n, t) in triggers],
         }
