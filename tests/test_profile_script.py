@@ -465,3 +465,18 @@ def test_cprofile_whole_without_a_script_is_refused(tmp_path: Path) -> None:
     proc = profile(tmp_path, "--cprofile-whole", "5", "--steps", "256")
     assert proc.returncode == 2 and "--cprofile-whole applies to a script's profile" in proc.stderr
     assert "Traceback" not in proc.stderr and not list(tmp_path.glob("*/run.json"))
+
+
+def test_a_script_that_dies_before_writing_its_profile_is_described_truly(tmp_path: Path) -> None:
+    """A segfault 0.2 s in, before any snapshot held a phase timer: rlperf does not claim both that the
+    script has no PhaseTimer and that the phase timings are its last snapshot; it says what it knows."""
+    script = tmp_path / "crash.py"
+    script.write_text("import os, signal, time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.2:\n"
+                      "    pass\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    proc = profile(tmp_path, "--", "python", str(script))
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert record_of(tmp_path)["exit_code"] == 139, proc.stderr[-3000:]
+    assert "does not use rlperf.PhaseTimer" not in text
+    assert "the phase timings are its last snapshot" not in text
+    assert "killed by SIGSEGV before it could write its profile; its last snapshot held no phase timer" in text
+    assert "no phase timings: the script ended before it could write its profile" in text

@@ -595,7 +595,10 @@ def _child_end(child: dict[str, Any], end: ChildEnd) -> dict[str, Any]:
         child["exit_code"] = _exit_code(end.returncode)
         child["status"] = ("interrupted" if end.signum is not None else
                            "completed" if end.returncode == 0 else "failed")
-        child["ended"] = how + " before it could write its profile; the phase timings are its last snapshot"
+        child["ended"] = how + " before it could write its profile; " + (
+            "the phase timings are its last snapshot" if child.get("timers") else
+            "its last snapshot held no phase timer")
+        child["from_snapshot"] = True
     elif end.signum is None and end.returncode != int(child["exit_code"]) & 0xFF:
         said = child["exit_code"]
         child["exit_code"] = _exit_code(end.returncode)
@@ -622,7 +625,7 @@ def _script_record(child: dict[str, Any], target: ScriptTarget, run_dir: Path, s
                   command=list(command or sys.argv), started_at=started, system=child["system"],
                   script={"command": target.command, "argv": child["argv"], "cwd": os.getcwd(), "wall_s": child["wall_s"],
                           "phase_timers": len(timers), "phase_timer_process": process, "signal": child["signal"],
-                          "ended": child.get("ended")},
+                          "ended": child.get("ended"), "from_snapshot": bool(child.get("from_snapshot"))},
                   files={"record": "run.json"})
     return record
 

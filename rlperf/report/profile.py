@@ -237,6 +237,9 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
         console.print(f"no phase timings: the script's rlperf.PhaseTimer timed no phase ({steps:,} timer.step_done() "
                       "calls, the advisor's steps); put parts of the loop in with timer.phase(\"step\"): ... for the "
                       "phase table (README: Profile your own loop)", highlight=False, soft_wrap=True, markup=False)
+    elif script.get("from_snapshot"):  # what the script did after its last snapshot is not known
+        console.print("no phase timings: the script ended before it could write its profile, and its last snapshot "
+                      "held no rlperf.PhaseTimer", highlight=False, soft_wrap=True, markup=False)
     else:
         console.print(f"no phase timings: the script does not use rlperf.PhaseTimer; three lines give you the phase "
                       f"table: {PHASE_API_HINT}", highlight=False, soft_wrap=True, markup=False)
