@@ -69,7 +69,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("compare", "rlperf compare smoke --vs buffer.push=loop",
            shows=("compare", "metric", "buffer.push=loop vs smoke", "│ push ", "│ env steps/s ", "compare.png"),
            omit=((r"^│ mean score", r"^└"),)),
-    Sample("gate", "rlperf compare smoke --candidate smoke --fail-if-slower 5% --repeats 4",
+    Sample("gate", "rlperf compare smoke --candidate smoke --fail-if-slower 5% --repeats 4 --max-repeats 4",
            shows=("compared: baseline", "candidate", "gate: "), codes=(0, 3),  # 3: inconclusive on a noisy machine
            omit=((r"^\s+gate\s*$", r"^compared: "),)),
     Sample("explain", "rlperf explain 3", head=8,
