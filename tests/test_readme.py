@@ -103,3 +103,15 @@ def test_readme_sample_command_runs_and_prints_what_the_readme_shows(sample, scr
     code, output = module.run(sample, scratch, timeout=280)
     block = module.readme_blocks(README.read_text(encoding="utf-8")).get(sample.name)
     assert module.problems(sample, code, output, block) == []
+
+
+def test_a_sample_block_drops_progress_cuts_what_it_omits_and_shows_paths_from_the_repository():
+    module = samples_module()
+    sample = module.Sample("x", "rlperf x", shows=("kept",), omit=((r"^cut from", r"^kept"),), head=3)
+    output = ("[100/2,000 env steps] episodes 3\nsweep ━━━━━━━━━━━━━━━━ 1/2\nrlperf: note: load average 9 on 2 CPUs\n"
+              "cut from here\ncut too\nkept /scratch/runs/x-1\nafter\nmore\n")
+    assert module.block(sample, output, "/scratch") == "```text\n$ rlperf x\n…\nkept runs/x-1\nafter\n…\n```\n"
+    assert module.problems(sample, 0, output, module.block(sample, output, "/scratch")) == []
+    assert module.problems(sample, 1, "", None) == [
+        "x: `rlperf x` exited 1, not (0,):\n", "x: the command no longer prints 'kept'",
+        "x: README.md has no <!-- sample: x --> block"]
