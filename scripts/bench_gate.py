@@ -1,78 +1,119 @@
-"""The CI gate's error rates on this machine: false alarms on identical code, detection of a planted slowdown.
+"""The CI gate's verdicts on this machine: identical code, planted slowdowns, and whether it names the phase.
 
-    python scripts/bench_gate.py [--config smoke] [--steps 8000] [--repeats 7] [--trials 20] [--threshold 5]
-                                 [--plant 0.15] [--plant-every 1] [--metric step-p25+mean] [--json] [--out FILE]
+    python scripts/bench_gate.py [--config ci] [--steps 8000] [--repeats 5] [--max-repeats 15] [--trials 20]
+                                 [--threshold 5] [--kinds identical,step:0.10,step:0.10/4,push:0.10]
+                                 [--metric step-p25+mean] [--json] [--out FILE] [--quick]
 
-Each trial is one verdict of the gate on records, given the way the README's CI example gives them:
-``--repeats`` runs a side, interleaved (baseline, candidate, baseline, ...) into ``base/`` and
-``cand/``, then ``rlperf compare base/*/ --candidate cand/*/ --fail-if-slower 5% --json`` (the
-arguments a shell passes for those globs, through the command's own entry point, in process). Two
-kinds of trial, alternated so that the machine's state falls on both:
+Each trial is one verdict of the gate running both sides itself, as ``rlperf compare CONFIG --candidate
+CONFIG --fail-if-slower 5%`` does: ``--repeats`` runs a side, interleaved (baseline, candidate, ...),
+then one more interleaved pair at a time while the verdict is INCONCLUSIVE, up to ``--max-repeats``
+(``--max-repeats`` equal to ``--repeats``: fixed repeats, the records form). Kinds, alternated trial
+by trial so that the machine's state falls on all of them:
 
-- **identical**: the same config on both sides. A verdict of "fail" is a false alarm (target ≤ 5%).
-- **planted**: the candidate's every vector step is followed by ``plant`` × the step's own CPU time
-  in more CPU work (a spin on the thread's CPU clock), so on a machine it has to itself it takes
-  ``(1 + plant)`` × the baseline's time per env step: a ``plant`` (15%) slowdown made of work, as a
-  regression in the code would be (the gate's reading of "15% slower"). A "fail" is a detection (target ≥ 90%).
-  With ``--plant-every N`` only every N-th step gets it, N times as much (the same mean slowdown):
-  an update every fourth step that got slower, which the p25 step does not see.
+- ``identical``: the same config on both sides. A FAIL is a false alarm (target: none); INCONCLUSIVE
+  is counted apart.
+- ``step:F`` (``step:F/N``): after the candidate's every (every N-th) vector step, F (N × F) × the
+  step's own CPU time in more CPU work (a spin on the thread's CPU clock): on a machine it has to
+  itself ``(1 + F)`` × the baseline's time per env step, made of work as a regression in the code would
+  be. ``/4`` is a cost on one step in four, which the p25 step does not see.
+- ``push:F``: the same work inside the replay push (the push phase): the verdict should name push.
 
-Reported: the false-alarm and detection rates with their Clopper–Pearson 95% intervals, the
-estimated slowdowns, and the wall time per verdict. ``--quick`` runs 2 trials of each kind on
-short runs (for the test suite; its rates mean nothing).
+For the planted kinds a FAIL is a detection (target at 10% and above, 5% gate: no PASS, FAIL ≥ 95%).
+Each verdict's printed detectable slowdown is kept, and from it the FAIL rate the gate's own figure
+predicts at the planted size (normal approximation), beside the observed one. ``--quick`` runs 2
+trials of two kinds on short runs (for the test suite; its rates mean nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
-import io
-import json
 import math
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from benchutil import emit, machine_info, machine_line
 
-from rlperf import cli
+from rlperf.buffer import ReplayBuffer
 from rlperf.config import config_from
 from rlperf.experiments import gate
-from rlperf.run.common import thread_settings_restored
+from rlperf.experiments.compare import Source
 from rlperf.run.lifecycle import RunHooks, train_run
 
 
-def planting(fraction: float, every: int = 1) -> Any:
-    """A compare runner that adds ``fraction`` × each of the candidate's vector steps' CPU time in more
-    CPU work: ``1 + fraction`` times the baseline's time per step on a machine it has to itself
-    (``every``: after every ``every``-th step only, ``every`` × as much, timed over those steps)."""
-    extra = fraction
+class Plant:
+    """A compare runner that adds ``fraction`` × each of the candidate's vector steps' own CPU time in
+    more CPU work, after the step (``where="step"``) or inside the replay push (``"push"``); ``every``:
+    on every ``every``-th step only, ``every`` × as much."""
 
-    def runner(label: str, cfg: Any, **kwargs: Any) -> Any:
+    def __init__(self, where: str, fraction: float, every: int = 1) -> None:
+        self.where, self.fraction, self.every = where, fraction, every
+        self.own = 0.0  # CPU seconds of a vector step, the planted work left out (a moving average)
+        self.spent = 0.0
+        self.count = 0
+        self.last = 0.0
+
+    def spin(self) -> None:
+        # Sized and spent in this thread's CPU time, not wall time: on a loaded machine wall time
+        # includes waiting for a CPU; this is work, as a regression in the code would be.
+        if self.count < 3 or self.count % self.every:
+            return
+        start = time.thread_time()
+        # sized on the mean step: it gets (1 + fraction) x its time, as the gate reads "slower"
+        end = start + self.every * self.fraction * self.own
+        while time.thread_time() < end:
+            pass
+        self.spent += time.thread_time() - start
+
+    def on_step(self) -> None:
+        self.count += 1
+        if self.where == "step":
+            self.spin()
+        now = time.thread_time()
+        step = now - self.last - self.spent
+        # the run's set-up and first steps (loading kernels) are not a step's work: the average starts
+        # at the third, and moves over ~50 steps after that
+        self.own = step if self.count <= 3 else self.own + (step - self.own) / min(self.count - 2, 50)
+        self.last, self.spent = now, 0.0
+
+    @contextlib.contextmanager
+    def in_push(self, cfg: Any) -> Iterator[None]:
+        """The buffer's push method (the config's form) with the planted work after it."""
+        name = "_push_loop" if cfg.buffer.push == "loop" else "_push_batch"
+        original = getattr(ReplayBuffer, name)
+
+        def push(buffer: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(buffer, *args, **kwargs)
+            self.spin()
+            return out
+
+        setattr(ReplayBuffer, name, push)
+        try:
+            yield
+        finally:
+            setattr(ReplayBuffer, name, original)
+
+    def __call__(self, label: str, cfg: Any, **kwargs: Any) -> Any:
         if label != "candidate":
             return train_run(cfg, **kwargs)
-        last = [time.thread_time()]
-        count = [0]
+        self.count, self.spent, self.own, self.last = 0, 0.0, 0.0, time.thread_time()
+        with self.in_push(cfg) if self.where == "push" else contextlib.nullcontext():
+            return train_run(cfg, hooks=RunHooks(on_step=self.on_step), **kwargs)
 
-        def on_step() -> None:
-            # Sized and spent in this thread's CPU time, not wall time: on a loaded machine wall time
-            # includes waiting for a CPU, and a wait (sleep or wall-clock spin) would be scheduled
-            # differently from work. This is work, as a regression in the code would be.
-            count[0] += 1
-            if count[0] % every:
-                return
-            now = time.thread_time()
-            end = now + extra * (now - last[0])
-            while time.thread_time() < end:
-                pass
-            last[0] = time.thread_time()
 
-        return train_run(cfg, hooks=RunHooks(on_step=on_step), **kwargs)
-
-    return runner
+def parse_kind(kind: str) -> tuple[str, float, int]:
+    """``identical`` -> ("identical", 0, 1); ``step:0.10/4`` -> ("step", 0.10, 4)."""
+    if kind == "identical":
+        return kind, 0.0, 1
+    where, _, size = kind.partition(":")
+    fraction, _, every = size.partition("/")
+    if where not in ("step", "push"):
+        raise SystemExit(f"unknown kind {kind!r}: identical, step:F[/N] or push:F")
+    return where, float(fraction), int(every or 1)
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -93,38 +134,67 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     return lower, upper
 
 
-def one_verdict(cfg: Any, repeats: int, threshold: float, metric: str, runner: Any, out: Path) -> dict[str, Any]:
+def predicted_fail(v: dict[str, Any], planted: float) -> float:
+    """The chance of a FAIL at a true slowdown ``planted`` that the verdict's own detectable figure
+    implies: its standard error is the figure over (z at the confidence + z at the power)."""
+    z = statistics.NormalDist()
+    checks = max(len(v.get("checks") or {}), 1)
+    z_fail = z.inv_cdf(1 - gate.ALPHA / checks)
+    se = math.log1p(v["detectable_slowdown"]) / (z_fail + z.inv_cdf(gate.POWER))
+    if se == 0:
+        return float(planted > v["threshold"])
+    return z.cdf((math.log1p(planted) - math.log1p(v["threshold"])) / se - z_fail)
+
+
+def one_verdict(cfg: Any, repeats: int, most: int, threshold: float, metric: str, runner: Any,
+                out: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    runner = runner or (lambda label, cfg, **kwargs: train_run(cfg, **kwargs))
-    for k in range(repeats):
-        for side in ("baseline", "candidate"):
-            with thread_settings_restored():
-                runner(side, cfg, out=out / side, name=f"{side}{k}", quiet=True, dashboard=False, kind="compare")
-    # What a shell passes for base/*/ and cand/*/: the directories, sorted.
-    argv = ["compare", *sorted(glob.glob(f"{out / 'baseline'}/*/")), "--candidate",
-            *sorted(glob.glob(f"{out / 'candidate'}/*/")), "--fail-if-slower", f"{100 * threshold:g}%",
-            "--gate-metric", metric, "--json", "--no-plot"]
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        try:
-            cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    v = json.loads(stdout.getvalue())
-    assert code == v["exit_code"] and v["n"] == [repeats, repeats], (code, v["n"])
+    sides = [[Source(label, f"{label} config", config=cfg)] for label in ("baseline", "candidate")]
+
+    def undecided(base: Any, cand: Any) -> bool:
+        return gate.result(base, cand, threshold, metric)[0]["verdict"] == "inconclusive"
+
+    base, cand, _ = gate.gather(sides[0], sides[1], repeats, metric, max_repeats=most, undecided=undecided,
+                                runner=runner, out=out)
+    v, _samples = gate.result(base, cand, threshold, metric)
+    v.pop("comparison")
     v["wall_s"] = time.perf_counter() - started
     return v
 
 
+def summary(kind: str, vs: list[dict[str, Any]]) -> dict[str, Any]:
+    where, fraction, _every = parse_kind(kind)
+    counts = {o: sum(v["verdict"] == o for v in vs) for o in gate.EXIT_CODES}
+    lo, hi = clopper_pearson(counts["fail"], len(vs))
+    out: dict[str, Any] = {
+        **counts, "trials": len(vs), "fail_rate": counts["fail"] / len(vs), "fail_rate_ci95": [lo, hi],
+        "slowdown_median": statistics.median(v["slowdown"] for v in vs if v["slowdown"] is not None),
+        "slowdowns": [v["slowdown"] for v in vs], "verdicts": [v["verdict"] for v in vs],
+        "runs_a_side": [v["n"][1] for v in vs], "detectable": [v["detectable_slowdown"] for v in vs],
+        "detectable_median": statistics.median(v["detectable_slowdown"] for v in vs),
+        "fails_above_median": statistics.median(v["fails_above"] for v in vs),
+        "wall_s_per_verdict": statistics.median(v["wall_s"] for v in vs),
+    }
+    if where != "identical":
+        out["predicted_fail_rate"] = statistics.fmean(predicted_fail(v, fraction) for v in vs)
+    first = [v["phases"][0]["name"] if v["phases"] and v["phases"][0]["slower"] else None for v in vs]
+    out["named_phase"] = first
+    if where == "push":
+        out["named_push"] = sum(name == "push" for name in first) / len(vs)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="smoke")
+    parser.add_argument("--config", default="ci")
     parser.add_argument("--steps", type=int, default=8000, help="env steps per run")
-    parser.add_argument("--repeats", type=int, default=7, help="runs per side and verdict")
+    parser.add_argument("--repeats", type=int, default=gate.DEFAULT_REPEATS, help="runs a side to start with")
+    parser.add_argument("--max-repeats", type=int, default=gate.DEFAULT_MAX_REPEATS,
+                        help="runs a side while inconclusive (= --repeats: fixed repeats)")
     parser.add_argument("--trials", type=int, default=20, help="verdicts of each kind")
     parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower, in percent")
-    parser.add_argument("--plant", type=float, default=0.15, help="the planted slowdown (0.15 = 15%%)")
-    parser.add_argument("--plant-every", type=int, default=1, help="plant after every N-th vector step only (N x as much)")
+    parser.add_argument("--kinds", default="identical,step:0.075,step:0.10,step:0.15,step:0.075/4,step:0.10/4,"
+                                           "step:0.15/4,push:0.10")
     parser.add_argument("--metric", default=gate.DEFAULT_METRIC, choices=gate.METRICS)
     parser.add_argument("--threads", type=int, default=1, help="run.threads of every run")
     parser.add_argument("--quick", action="store_true")
@@ -132,46 +202,43 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.repeats, args.trials = 640, 4, 2
+        args.steps, args.repeats, args.max_repeats, args.trials, args.kinds = 640, 3, 4, 2, "identical,push:0.15"
     cfg = config_from(args.config, [f"run.threads={args.threads}", "train.checkpoint=false"], steps=args.steps)
     threshold = args.threshold / 100
-    kinds = {"identical": None, "planted": planting(args.plant, args.plant_every)}
-    verdicts: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    runners = {k: (None if k == "identical" else Plant(*parse_kind(k))) for k in kinds}
+    verdicts: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="rlperf-gate-") as tmp:
         for trial in range(args.trials):
-            for kind, runner in kinds.items():
-                v = one_verdict(cfg, args.repeats, threshold, args.metric, runner, Path(tmp) / f"{kind}{trial}")
+            for kind in kinds:
+                v = one_verdict(cfg, args.repeats, args.max_repeats, threshold, args.metric, runners[kind],
+                                Path(tmp) / f"{kind.replace(':', '_').replace('/', '_')}{trial}")
                 verdicts[kind].append(v)
                 if not args.json:
-                    print(f"{kind:9s} trial {trial + 1:2d}: {v['verdict']:4s} slowdown {100 * v['slowdown']:+6.1f}% "
-                          f"p {v['p_value']:.3g}  ({v['wall_s']:.1f} s)", flush=True)
+                    named = v["phases"][0]["name"] if v["phases"] and v["phases"][0]["slower"] else "-"
+                    print(f"{kind:13s} trial {trial + 1:2d}: {v['verdict']:12s} slowdown {100 * v['slowdown']:+6.1f}% "
+                          f"detectable {100 * v['detectable_slowdown']:4.1f}% runs {v['n'][1]:2d} named {named:6s} "
+                          f"({v['wall_s']:.1f} s)", flush=True)
     results: dict[str, Any] = {
         "machine": machine_info(),
-        "settings": {"config": args.config, "steps": args.steps, "repeats": args.repeats, "trials": args.trials,
-                     "threshold": threshold, "plant": args.plant, "plant_every": args.plant_every, "metric": args.metric,
-                     "threads": args.threads},
+        "settings": {"config": args.config, "steps": args.steps, "repeats": args.repeats,
+                     "max_repeats": args.max_repeats, "trials": args.trials, "threshold": threshold, "kinds": kinds,
+                     "metric": args.metric, "threads": args.threads},
         "test": gate.TEST,
+        "kinds": {k: summary(k, vs) for k, vs in verdicts.items()},
     }
-    for kind, vs in verdicts.items():
-        fails = sum(v["verdict"] == "fail" for v in vs)
-        lo, hi = clopper_pearson(fails, len(vs))
-        results[kind] = {
-            "fail": fails, "trials": len(vs), "rate": fails / len(vs), "rate_ci95": [lo, hi],
-            "slowdown_median": statistics.median(v["slowdown"] for v in vs),
-            "slowdowns": [v["slowdown"] for v in vs], "p_values": [v["p_value"] for v in vs],
-            "wall_s_per_verdict": statistics.median(v["wall_s"] for v in vs),
-        }
     if emit(results, args.out, args.json):
         return
     print(f"\n{machine_line(results['machine'], args.threads)}")
-    print(f"{args.config} config, {args.steps:,} env steps a run, {args.repeats} runs a side, threshold "
-          f"{args.threshold:g}%, metric {args.metric}, planted slowdown {100 * args.plant:g}%"
-          + (f" on every {args.plant_every}th step" if args.plant_every > 1 else ""))
-    for kind, label in (("identical", "false alarms (identical configs)"), ("planted", "detections (planted slowdown)")):
-        r = results[kind]
-        print(f"{label}: {r['fail']}/{r['trials']} = {100 * r['rate']:.0f}% (95% CI {100 * r['rate_ci95'][0]:.0f}–"
-              f"{100 * r['rate_ci95'][1]:.0f}%), median slowdown {100 * r['slowdown_median']:+.1f}%, "
-              f"{r['wall_s_per_verdict']:.1f} s per verdict")
+    print(f"{args.config} config, {args.steps:,} env steps a run, {args.repeats} to {args.max_repeats} runs a side, "
+          f"threshold {args.threshold:g}%, metric {args.metric}")
+    for kind, r in results["kinds"].items():
+        predicted = f", predicted {100 * r['predicted_fail_rate']:.0f}%" if "predicted_fail_rate" in r else ""
+        named = f", push named {100 * r['named_push']:.0f}%" if "named_push" in r else ""
+        print(f"{kind:13s} FAIL {r['fail']}/{r['trials']} (95% CI {100 * r['fail_rate_ci95'][0]:.0f}–"
+              f"{100 * r['fail_rate_ci95'][1]:.0f}%{predicted}), PASS {r['pass']}, INCONCLUSIVE {r['inconclusive']}; "
+              f"median slowdown {100 * r['slowdown_median']:+.1f}%, detectable {100 * r['detectable_median']:.1f}%, "
+              f"median runs a side {statistics.median(r['runs_a_side']):g}{named}, {r['wall_s_per_verdict']:.1f} s a verdict")
 
 
 if __name__ == "__main__":

@@ -233,8 +233,9 @@ def test_bench_gpu_refuses_without_cuda(tmp_path: Path) -> None:
 
 def test_bench_gate_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
     result, _ = quick["test_bench_gate_quick"].result()
-    for kind in ("identical", "planted"):
-        r = result[kind]
-        assert r["trials"] == 2 and 0 <= r["fail"] <= 2 and r["wall_s_per_verdict"] > 0
-        assert 0 <= r["rate_ci95"][0] <= r["rate"] <= r["rate_ci95"][1] <= 1 and len(r["p_values"]) == 2
-    assert result["settings"]["plant"] == 0.15 and "Mann–Whitney" in result["test"]
+    for kind in ("identical", "push:0.15"):
+        r = result["kinds"][kind]
+        assert r["trials"] == 2 == r["pass"] + r["fail"] + r["inconclusive"] and r["wall_s_per_verdict"] > 0
+        assert 0 <= r["fail_rate_ci95"][0] <= r["fail_rate"] <= r["fail_rate_ci95"][1] <= 1 and len(r["detectable"]) == 2
+        assert all(3 <= n <= 4 for n in r["runs_a_side"])  # 3 first, a pair more while inconclusive
+    assert 0 <= result["kinds"]["push:0.15"]["predicted_fail_rate"] <= 1 and "Welch" in result["test"]
