@@ -114,8 +114,11 @@ def test_three_verdicts() -> None:
     assert loose["verdict"] == "inconclusive" and loose["more_runs_a_side"] > 5
     assert f"about {loose['more_runs_a_side']} runs a side would decide it" in loose["reason"]
     # A speed-up is claimed on the same rule: faster with confidence, or not shown.
-    assert gate.verdict(base, [b * 0.8 for b in base], 0.05)["speedup"] == "faster"
-    assert gate.verdict([100.0, 108, 93, 104, 95], [97.0, 105, 92, 101, 93], 0.05)["speedup"] == "inconclusive"
+    faster = gate.verdict(base, [b * 0.8 for b in base], 0.05)
+    assert faster["speedup"] == "faster" and "20.0% faster" in faster["reason"]
+    assert "faster with confidence" in faster["reason"]
+    unclear = gate.verdict([100.0, 108, 93, 104, 95], [97.0, 105, 92, 101, 93], 0.05)
+    assert unclear["speedup"] == "inconclusive" and "not shown faster" in unclear["reason"]
     with pytest.raises(RlperfError, match="no spread to test"):
         gate.verdict(base[:1], slow, 0.05)
 

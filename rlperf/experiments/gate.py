@@ -209,10 +209,13 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
                   f"{_pct(threshold)} threshold: the runs cannot tell; {decide}")
     if upper < 0:
         speedup = "faster"  # a speed-up is claimed on the same rule: faster with confidence
+        reason += "; faster with confidence"
     elif lower > 0:
         speedup = "not faster"
     else:
         speedup = "inconclusive"
+        if slowdown < 0:
+            reason += "; not shown faster (the interval holds no change)"
     return {
         "schema": 2,
         "kind": "gate",
