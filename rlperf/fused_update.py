@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, NoReturn
 import numpy as np
 import torch
 
+from rlperf.env.fused import compile_notice
 from rlperf.errors import ConfigError
 
 try:  # numba is a core dependency; resolve_update says why the torch form runs if this fails
@@ -375,8 +376,9 @@ def compile_update(layers: int) -> tuple[float, str | None]:
         problem = FusedUpdate(net, target, torch.optim.Adam(net.parameters()), batch_size=2)
         storage = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 3),
                    torch.zeros(4))
-        problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, target_mode=1,
-                     tau=0.5)
+        with compile_notice(f"the fused update ({layers} layers)"):
+            problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, target_mode=1,
+                         tau=0.5)
     except Exception as exc:  # pragma: no cover - depends on the install
         return time.perf_counter() - t0, f"numba could not compile the fused update ({type(exc).__name__}: {exc})"
     return time.perf_counter() - t0, None

@@ -51,7 +51,12 @@ indexing into whole arrays), which is what a device build would need.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -580,6 +585,38 @@ def available() -> str | None:
 _compiled: dict[str, object] = {}
 
 
+@contextlib.contextmanager
+def compile_notice(what: str) -> Iterator[None]:
+    """Say on stderr what numba compiles in the block and how long it took, one line, only when it
+    compiles (the first run after install, or after a change of numba or of the source: later runs
+    load the machine code from numba's disk cache). On a terminal the line starts when the compile
+    does, so a wait of seconds is explained while it lasts; elsewhere it is written once, at the end."""
+    started: list[float] = []
+    terminal = sys.stderr.isatty()
+    note = "numba, once: later runs load it from its cache"
+
+    class Started(numba.core.event.Listener):
+        def on_start(self, event: Any) -> None:  # numba compiles (a cache load fires no event)
+            if not started:
+                started.append(time.perf_counter())
+                if terminal:
+                    print(f"rlperf: compiling {what} ({note})…", end="", file=sys.stderr, flush=True)
+
+        def on_end(self, event: Any) -> None:
+            pass
+
+    failed = True
+    try:
+        with numba.core.event.install_listener("numba:compile", Started()):
+            yield
+        failed = False
+    finally:
+        if started:
+            took = f"{time.perf_counter() - started[0]:.1f} s" + (" (failed)" if failed else "")
+            print(f" {took}" if terminal else f"rlperf: compiled {what} in {took} ({note})", file=sys.stderr,
+                  flush=True)
+
+
 def compile_kernel() -> tuple[float, str | None]:
     """Compile the step for the argument types VectorSnake passes, or load it from numba's disk cache.
 
@@ -588,8 +625,6 @@ def compile_kernel() -> tuple[float, str | None]:
     """
     if "result" in _compiled:
         return _compiled["result"]  # type: ignore[return-value]
-    import time
-
     why = available()
     if why is not None:
         _compiled["result"] = (0.0, why)
@@ -606,9 +641,10 @@ def compile_kernel() -> tuple[float, str | None]:
         obs = np.zeros((3, 1, N_FEATURES + 3), dtype=np.float32)
         draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
         actions = np.zeros(1, dtype=np.int64)
-        for reset_all in (True, False):
-            step_boards(actions, draws, True, np.uint64(0), 0, reset_all, 0, occ, ring, state, floats, flags, obs, table,
-                        scratch(1, size), size, 1, 10, False, True)
+        with compile_notice("the env step kernel"):
+            for reset_all in (True, False):
+                step_boards(actions, draws, True, np.uint64(0), 0, reset_all, 0, occ, ring, state, floats, flags, obs,
+                            table, scratch(1, size), size, 1, 10, False, True)
         result: tuple[float, str | None] = (time.perf_counter() - started, None)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
