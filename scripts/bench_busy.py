@@ -63,13 +63,21 @@ def busy(n: int) -> Iterator[None]:
             proc.wait()
 
 
-def timed(args: list[str], sets: list[str], out: Path) -> tuple[float, int]:
-    """A fresh ``rlperf`` process's wall time and exit code."""
+TIMEOUT_S = 600.0
+"""A run still going after this long is stopped and counted at this time (a lower bound), as failed."""
+
+
+def timed(args: list[str], sets: list[str], out: Path, timeout: float = TIMEOUT_S) -> tuple[float, int]:
+    """A fresh ``rlperf`` process's wall time and exit code (124: stopped at ``timeout``)."""
     argv = [*COMMAND, *args, "--quiet", "--no-plot", "--out", str(out)]
     for s in sets:
         argv += ["--set", s]
     t0 = time.perf_counter()
-    rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+    try:
+        rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                            timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        return timeout, 124
     return time.perf_counter() - t0, rc
 
 
@@ -77,13 +85,16 @@ def loadavg() -> float:
     return os.getloadavg()[0]
 
 
-def profile_once(hog: int, out: Path) -> dict[str, object]:
+def profile_once(hog: int, out: Path, timeout: float) -> dict[str, object]:
     """The naive profile with run.threads=0: wall time, and the advisor's findings in order."""
     argv = [*COMMAND, *PROFILE, "--set", "run.threads=0", "--no-plot", "--json", "--out", str(out)]
     load = loadavg()
     with busy(hog):
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"wall_s": timeout, "rc": 124, "loadavg_1m_before": load, "error": "timed out"}
         wall = time.perf_counter() - t0
     entry: dict[str, object] = {"wall_s": wall, "rc": proc.returncode, "loadavg_1m_before": load}
     try:
@@ -100,7 +111,10 @@ def profile_once(hog: int, out: Path) -> dict[str, object]:
     return entry
 
 
-def train_cases(repeats: int, hog: int, runs: Path) -> tuple[dict[str, dict[str, dict[str, object]]], list[str], list[float]]:
+Results = dict[str, dict[str, dict[str, object]]]
+
+
+def train_cases(repeats: int, hog: int, runs: Path, timeout: float) -> tuple[Results, list[str], list[float]]:
     """Every case and variant, quiet and busy, interleaved: medians, ratios and the raw figures."""
     raw: dict[str, dict[str, dict[str, list[float]]]] = {
         case: {variant: {"quiet": [], "busy": []} for variant in VARIANTS} for case in CASES}
@@ -112,11 +126,11 @@ def train_cases(repeats: int, hog: int, runs: Path) -> tuple[dict[str, dict[str,
                 for load in ("quiet", "busy"):
                     loads.append(loadavg())
                     with busy(hog if load == "busy" else 0):
-                        seconds, rc = timed(case_args, sets, runs)
+                        seconds, rc = timed(case_args, sets, runs, timeout)
                     if rc != 0:
                         failures.append(f"{case} / {variant} / {load}: exit {rc}")
                     raw[case][variant][load].append(seconds)
-    results: dict[str, dict[str, dict[str, object]]] = {}
+    results: Results = {}
     for case, variants in raw.items():
         results[case] = {}
         for variant, by_load in variants.items():
@@ -153,14 +167,15 @@ def main() -> None:
     parser.add_argument("--profile-repeats", type=int, default=1, help="naive profiles a side (0: skip them)")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds a run may take (then counted so)")
     args = parser.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="rlperf-bench-busy-"))
     timed(["train", "--config", "smoke", "--steps", "64"], [], runs)  # warm the file cache and numba's
-    results, failures, loads = train_cases(args.repeats, args.hog, runs)
+    results, failures, loads = train_cases(args.repeats, args.hog, runs, args.timeout)
     profile: dict[str, list[dict[str, object]]] = {"quiet": [], "busy": []}
     for _ in range(args.profile_repeats):
-        profile["quiet"].append(profile_once(0, runs))
-        profile["busy"].append(profile_once(args.hog, runs))
+        profile["quiet"].append(profile_once(0, runs, args.timeout))
+        profile["busy"].append(profile_once(args.hog, runs, args.timeout))
     summary: dict[str, float] = {}
     if profile["quiet"]:
         walls = {load: statistics.median(float(str(e["wall_s"])) for e in entries) for load, entries in profile.items()}
