@@ -321,13 +321,14 @@ class EpisodeLog:
     def full(self) -> bool:
         return self.filled == self.done.shape[0]
 
-    def flush(self, env_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def flush(self, env_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Scores, lengths, returns and end env steps of the episodes finished since the last flush (a
-        host sync); ``env_steps`` is the count after the last recorded vector step."""
+        host sync; ends None: all at ``env_steps``, the count after the last recorded vector step)."""
         k = self.filled
         self.filled = 0
         done = self.done[:k].cpu().numpy()
-        ends = env_steps - (k - 1 - np.nonzero(done)[0]) * done.shape[1]
+        # One row (every flush on the CPU): every episode ended at this step, no array to build.
+        ends = None if k == 1 else env_steps - (k - 1 - np.nonzero(done)[0]) * done.shape[1]
         return (self.score[:k].cpu().numpy()[done], self.length[:k].cpu().numpy()[done],
                 self.ret[:k].cpu().numpy()[done], ends)
 
@@ -357,9 +358,10 @@ class Progress:
     # (by its target_key) the clock and counters of the read in which it was first reached.
     score_targets: tuple[float, ...] = ()
     time_to_score: dict[str, dict[str, float | int]] = field(default_factory=dict)
-    # The episodes read since the log phase last took them (take_episodes), as rows of (end env step,
-    # return, length): TensorBoard's point per episode, written at log time. Not checkpointed.
-    new_episodes: list[np.ndarray] = field(default_factory=list)
+    # The episodes read since the log phase last took them (take_episodes), as (end env steps or one
+    # step for all, returns, lengths): TensorBoard's point per episode, written at log time. Kept as
+    # given, so the loop only appends a tuple. Not checkpointed.
+    new_episodes: list[tuple[np.ndarray | int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def add_episodes(self, scores: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
                      ends: np.ndarray | None = None, clock: Callable[[], Mapping[str, float | int]] | None = None) -> None:
@@ -375,8 +377,7 @@ class Progress:
         self.scores.extend(scores.tolist())
         self.returns.extend(returns.tolist())
         if len(scores):
-            at = np.full(len(scores), self.env_steps) if ends is None else ends
-            self.new_episodes.append(np.stack([at, returns, lengths], axis=1).astype(np.float64))
+            self.new_episodes.append((self.env_steps if ends is None else ends, returns, lengths))
             best = float(scores.max())
             self.best_score = max(self.best_score, int(best) if best.is_integer() else best)
         for target, index in zip(unreached, hits, strict=True):
@@ -386,9 +387,10 @@ class Progress:
 
     def take_episodes(self) -> np.ndarray:
         """The (end env step, return, length) rows of the episodes read since the last take."""
-        rows = np.concatenate(self.new_episodes) if self.new_episodes else np.zeros((0, 3))
+        rows = [np.stack(np.broadcast_arrays(ends, returns, lengths), axis=1).astype(np.float64)
+                for ends, returns, lengths in self.new_episodes]
         self.new_episodes = []
-        return rows
+        return np.concatenate(rows) if rows else np.zeros((0, 3))
 
     @property
     def mean_score(self) -> float:

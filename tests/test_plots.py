@@ -303,3 +303,78 @@ def test_a_phase_timer_with_returns_draws_its_learning_curve(tmp_path: Path) -> 
     assert len(curve.get_xdata()) == len(record["intervals"]) > 1 and not score.texts  # a curve, not "no scores"
     assert any("score 1 reached" in t.get_text() for t in score.get_legend().get_texts())
     assert draw_run(record) is not None and png_size(tmp_path / record["name"] / "run.png") == (1200, 800)
+
+
+def _synthetic_run(n: int, ratio: float = 4.0) -> dict[str, Any]:
+    """A run record of ``n`` log intervals whose updates are a constant ``ratio`` of its vector steps."""
+    return {"name": "synthetic", "kind": "train", "status": "completed", "system": {"device": "cpu"},
+            "intervals": [{"env_steps": 1600 * (i + 1), "wall_s": 0.5 * (i + 1) + 0.1 * (i % 3),
+                           "updates": int(ratio * 100 * (i + 1)), "mean_score_100": 0.1 * i,
+                           "phase_s": {"step": 0.3, "train": 0.1}} for i in range(n)]}
+
+
+def _heights(ax: Any, line: Any) -> np.ndarray:
+    """A line's points as fractions of its axes' height."""
+    low, high = ax.get_ylim()
+    return (np.asarray(line.get_ydata(), dtype=float) - low) / (high - low)
+
+
+def test_run_png_rates_stay_apart_when_train_ratio_is_constant() -> None:
+    record = _synthetic_run(8)
+    fig = plots.run_figure(record, plots.run_series(record))
+    rates, twin = fig.axes[1], fig.axes[3]
+    steps, updates = _heights(rates, rates.get_lines()[0]), _heights(twin, twin.get_lines()[0])
+    # Proportional rates: on matched axes the two lines would coincide; here the peaks are far apart.
+    assert np.allclose(updates / steps, updates[0] / steps[0]) and steps.max() > 0.85 and updates.max() < 0.55
+    assert twin.get_lines()[0].get_linestyle() == "--" and twin.get_ylabel() == "updates/s"
+
+
+def test_a_one_interval_run_draws_its_score_as_a_visible_point() -> None:
+    record = _synthetic_run(1)
+    score = plots.run_figure(record, plots.run_series(record)).axes[0]
+    (curve,) = [line for line in score.get_lines() if line.get_label() == "mean score (last 100)"]
+    assert len(curve.get_xdata()) == 1 and curve.get_marker() == "o" and curve.get_markersize() >= 6
+    assert not curve.get_clip_on() and any(t.get_text() == "0" for t in score.texts)  # its value beside it
+
+
+def test_compare_png_on_a_30x_gap_uses_log_axes_and_says_the_ratio(late_run: Path) -> None:
+    fast = read_record(late_run)
+    slow = json.loads(json.dumps(fast))
+    for phase in slow["phases"].values():
+        phase["total_s"] *= 30
+    slow["throughput"]["env_steps_per_s"] /= 30
+    fig = plots.compare_figure([("naive", [slow]), ("fast", [fast])])
+    stacked, rate = fig.axes[:2]
+    assert stacked.get_yscale() == "log" and rate.get_yscale() == "log"
+    low = stacked.get_ylim()[0]
+    fast_segments = [p for p in stacked.patches[1::2] if p.get_height() > 0]
+    assert all(p.get_y() + p.get_height() > low for p in fast_segments)  # every phase of the fast bar shows
+    assert any("30× faster than naive" in t.get_text() for t in stacked.texts)
+    assert any(t.get_text() == "30× the first" for t in rate.texts)
+    close = plots.compare_figure([("a", [fast]), ("b", [fast])])
+    assert close.axes[0].get_yscale() == "linear"  # a linear axis where the bars are alike
+
+
+def test_sweep_png_has_a_header_and_plots_the_objective() -> None:
+    summary = [{"point": i, "params": {"train.train_ratio": r}, "rank": rank, "objective": obj,
+                "env_steps_per_s": {"median": 1000.0 / r, "spread": 0.0, "n": 1},
+                "mean_score": {"median": 0.1 * r, "spread": 0.0, "n": 1}}
+               for i, (r, rank, obj) in enumerate(((1, 2, 40.0), (4, 1, 120.0), (16, 3, None)))]
+    data = {"sweep_dir": "/x/sweep-20260101-000000", "axes": {"train.train_ratio": [1, 4, 16]}, "repeats": 2,
+            "backend": "local", "base_config": {"run": {"device": "cpu"}},
+            "objective": {"name": "updates_per_s", "better": "higher"}}
+    fig = plots.sweep_figure(summary, ["train.train_ratio"], data)
+    header = fig.texts[0].get_text()
+    assert "sweep-20260101-000000" in header and "3 points × 2 repeat(s)" in header and "device cpu" in header
+    assert "best by updates_per_s: train_ratio=4 (120)" in header
+    objective = fig.axes[2]
+    assert "objective: updates_per_s (higher is better)" in objective.get_title()
+    (curve,) = [line for line in objective.get_lines() if line.get_marker() == "o"]
+    assert list(curve.get_ydata()) == [40.0, 120.0]  # the point that has no value is left out
+    stars = [line for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "*"]
+    assert len(stars) == 3 and all(float(s.get_xdata()[0]) == 4 for s in stars)
+    own = plots.sweep_figure(summary, ["train.train_ratio"], {**data, "objective": {"name": "final_score",
+                                                                                  "better": "higher"}})
+    assert len(own.axes) == 2 and "objective: final_score" in own.axes[1].get_title()
+    assert len(plots.sweep_figure(summary, ["train.train_ratio"]).axes) == 2 and not plots.sweep_figure(
+        summary, ["train.train_ratio"]).texts  # without the sweep's document: as before

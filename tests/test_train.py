@@ -235,3 +235,10 @@ def test_episodes_read_every_few_steps_keep_the_env_step_each_one_ended() -> Non
     rows = p.take_episodes()
     assert rows.tolist() == [[4, 2.0, 7], [12, 2.0, 7], [12, 2.0, 7]] and len(p.take_episodes()) == 0
     assert "new_episodes" not in p.state_dict() and np.isclose(p.mean_return, 2.0)
+    one = EpisodeLog(1, 4, torch.device("cpu"))  # the CPU reads every step: all at this step, no array built
+    mask = torch.tensor([0, 1, 1, 0], dtype=torch.bool)
+    one.record({"_final_info": mask, "final_info": {"score": mask.float(), "steps": mask.long(), "return": mask.float()}})
+    *_, ends = flushed = one.flush(16)
+    assert ends is None
+    p.add_episodes(*flushed)
+    assert p.take_episodes().tolist() == [[12, 1.0, 1], [12, 1.0, 1]]  # ends None: the read's env step, 12

@@ -823,7 +823,7 @@ def write_outputs(result: SweepResult, plot: bool = True) -> None:
         writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
     write_text_atomic(result.sweep_dir / "sweep.csv", buffer.getvalue())
     if plot:
-        draw(lambda: sweep_figure(data["summary"], [a.key for a in result.axes]), result.sweep_dir / "sweep.png")
+        draw(lambda: sweep_figure(data["summary"], [a.key for a in result.axes], data), result.sweep_dir / "sweep.png")
 
 
 def sweep_table(data: dict[str, Any], title: str | None = "sweep") -> Table:

@@ -37,9 +37,12 @@ PHASE_COLORS = {"select": "#4c72b0", "step": "#55a868", "push": "#c44e52", "trai
 _OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e")
 
 
-def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Figure:
+def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str],
+                 data: Mapping[str, Any] | None = None) -> Figure:
     """Throughput and final score against the first swept key with more than one value, one line
-    per combination of the other keys' values; error bars show the spread over repeats.
+    per combination of the other keys' values; error bars show the spread over repeats. With
+    ``data`` (``sweep.json``'s document) a header says what was swept, how often and where; an
+    ``--objective`` that is not already a panel gets its own, and the best point is starred.
 
     ``summary`` is :func:`rlperf.experiments.sweep.summarize_points`'s output. Numeric x values are plotted on a
     log axis when they span a factor of 10 or more (train_ratio 1, 4, 16, 64), else linearly;
@@ -49,8 +52,15 @@ def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> F
     others = [k for k in keys if k != x_key]
     xs_raw = list(dict.fromkeys(_label(e["params"].get(x_key)) for e in summary)) if x_key else ["-"]
     numeric = x_key is not None and all(_number(e["params"].get(x_key)) is not None for e in summary)
-    fig = new_figure((5.5 * len(PANELS), 4))
-    axes = fig.subplots(1, len(PANELS), squeeze=False)
+
+    def x_of(e: Mapping[str, Any]) -> float | None:
+        x_value = e["params"].get(x_key) if x_key else "-"
+        return _number(x_value) if numeric else xs_raw.index(_label(x_value))
+
+    objective = (data or {}).get("objective") or None
+    panels, summary = _sweep_panels(summary, objective)
+    fig = new_figure((5.5 * len(panels), 4.6 if data else 4))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     lines: dict[str, list[Mapping[str, Any]]] = {}
     for e in summary:
         name = ", ".join(f"{k.split('.', 1)[-1]}={_label(e['params'].get(k))}" for k in others) or "all"
@@ -58,27 +68,51 @@ def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> F
     markers = itertools.cycle("osD^v<>")
     for name, entries in lines.items():
         marker = next(markers)
-        for ax, (column, _) in zip(axes[0], PANELS, strict=True):
-            pts = []
-            for e in entries:
-                stat = e.get(column)
-                if not stat:
-                    continue
-                x_value = e["params"].get(x_key) if x_key else "-"
-                x = _number(x_value) if numeric else xs_raw.index(_label(x_value))
-                pts.append((x, stat["median"], stat["spread"] if stat["n"] > 1 else 0.0))
+        for ax, (column, _) in zip(axes[0], panels, strict=True):
+            pts = sorted((x_of(e), e[column]["median"], e[column]["spread"] if e[column]["n"] > 1 else 0.0)
+                         for e in entries if e.get(column))
             if pts:
-                pts.sort()
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker=marker,
                             capsize=3, label=name)
+            best = next((e for e in entries if e.get("rank") == 1 and e.get(column)), None)
+            if best is not None:  # the objective's best point, on every panel
+                ax.plot([x_of(best)], [best[column]["median"]], marker="*", markersize=16, color="#dd8452",
+                        linestyle="none", zorder=5)
     values = [_number(e["params"].get(x_key)) for e in summary] if numeric else []
-    positive = [v for v in values if v is not None and v > 0]
-    log_x = numeric and len(positive) == len(values) and positive and max(positive) / min(positive) >= 10
-    for ax, (column, title) in zip(axes[0], PANELS, strict=True):
-        ax.set_title(title)
+    _sweep_axes(axes[0], panels, x_key, values if numeric else None, xs_raw)
+    if len(lines) > 1 or others:
+        axes[0][-1].legend(fontsize="small")
+    if data:
+        fig.suptitle(_sweep_header(data, summary, objective), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def _sweep_panels(summary: Sequence[Mapping[str, Any]], objective: Mapping[str, Any] | None
+                  ) -> tuple[list[tuple[str, str]], Sequence[Mapping[str, Any]]]:
+    """sweep.png's panels (column, title): the objective named in its panel's title, or a panel of its
+    own (the summary's entries then carry its value as a figure)."""
+    panels = list(PANELS)
+    if objective is None:
+        return panels, summary
+    column = {"final_score": "mean_score"}.get(objective["name"], objective["name"])
+    title = f"objective: {objective['name']} ({objective['better']} is better)"
+    if column in dict(PANELS):
+        return [(c, f"{t}\n{title}" if c == column else t) for c, t in panels], summary
+    return [*panels, ("objective", title)], [{**e, "objective": _objective_stat(e)} for e in summary]
+
+
+def _sweep_axes(axes: Sequence[Axes], panels: Sequence[tuple[str, str]], x_key: str | None,
+                values: Sequence[float | None] | None, categories: Sequence[str]) -> None:
+    """Titles, labels and x ticks: numeric ``values`` on a log axis where they span 10× or more, else
+    the ``categories`` in the order swept."""
+    positive = [v for v in values or () if v is not None and v > 0]
+    log_x = values is not None and len(positive) == len(values) and positive and max(positive) / min(positive) >= 10
+    for ax, (column, title) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize="medium")
         ax.set_xlabel(x_key or "")
         ax.grid(True, alpha=0.3)
-        if numeric:
+        if values is not None:
             if log_x:
                 ax.set_xscale("log")
                 ax.minorticks_off()
@@ -87,14 +121,37 @@ def sweep_figure(summary: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> F
                 ax.set_xticks(ticks)
                 ax.set_xticklabels([_label(t) for t in ticks])
         else:
-            ax.set_xticks(range(len(xs_raw)))
-            ax.set_xticklabels(xs_raw)
+            ax.set_xticks(range(len(categories)))
+            ax.set_xticklabels(categories)
         if column == "env_steps_per_s":
             ax.set_ylim(bottom=0)
-    if len(lines) > 1 or others:
-        axes[0][-1].legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+
+
+def _objective_stat(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A point's objective value in the shape of the summary's figures (None: not reached)."""
+    value = entry.get("objective")
+    return {"median": value, "spread": 0.0, "n": 1} if is_number(value) else None
+
+
+def _sweep_header(data: Mapping[str, Any], summary: Sequence[Mapping[str, Any]], objective: Any) -> str:
+    """What was swept, how often, on what, and the best point by the objective."""
+    axes = data.get("axes") or {}
+    grid = " × ".join(f"{k} {', '.join(_label(v) for v in values)}" for k, values in axes.items()) or "one point"
+    base = data.get("base_config") or {}
+    device = (base.get("run") or {}).get("device")
+    where = ", ".join(str(x) for x in (data.get("backend") and f"backend {data['backend']}",
+                                        device and f"device {device}") if x)
+    name = Path(str(data.get("sweep_dir") or "sweep")).name
+    runs = f"{len(summary)} points × {data.get('repeats', 1)} repeat(s)"
+    lines = [f"{name}: {grid}", runs + (f"; {where}" if where else "")]
+    best = next((e for e in summary if e.get("rank") == 1), None)
+    if objective is not None and best is not None:
+        params = ", ".join(f"{k.split('.', 1)[-1]}={_label(v)}" for k, v in best["params"].items())
+        value = best.get("objective")
+        shown = f"{value['median']:.4g}" if isinstance(value, Mapping) else (
+            f"{value:.4g}" if is_number(value) else "not reached")
+        lines.append(f"best by {objective['name']}: {params} ({shown}) ★")
+    return "\n".join(_wrap(line, 130) for line in lines)
 
 
 def _number(x: Any) -> float | None:
@@ -236,7 +293,12 @@ def _score_panel(ax: Axes, record: Mapping[str, Any], rows: Sequence[Mapping[str
     if not points:
         ax.text(0.5, 0.5, "no episode scores in this record", transform=ax.transAxes, ha="center", va="center")
         return
-    ax.plot([p[0] for p in points], [p[1] for p in points], color="#4c72b0", label="mean score (last 100)")
+    # Markers while there are few points: one interval is one point, invisible as a line alone.
+    ax.plot([p[0] for p in points], [p[1] for p in points], color="#4c72b0", label="mean score (last 100)",
+            marker="o" if len(points) <= 30 else None, markersize=7 if len(points) == 1 else 4, clip_on=False)
+    if len(points) == 1:  # at the run's end, on the axis's edge: its value beside it
+        ax.annotate(f"{points[0][1]:.3g}", points[0], xytext=(-8, 0), textcoords="offset points", ha="right",
+                    va="center", color="#4c72b0")
     section = record.get("time_to_score") or {}
     missed = []
     for target in section.get("targets") or []:
@@ -271,16 +333,27 @@ def _rate_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], wall: Sequence[floa
     # Each interval's rate is drawn across that interval (steps ending at its end).
     xs = [0.0, *wall]
     ax.plot(xs, [steps[0], *steps], drawstyle="steps-pre", color="#55a868", label="env steps/s")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, _top(steps) * 1.1)
+    ax.tick_params(axis="y", colors="#55a868")
     handles, labels = ax.get_legend_handles_labels()
     if any(u == u for u in updates):
+        # Its own axis, topped at twice its peak: with a constant train_ratio the two rates are
+        # proportional, and on matched axes one line would hide the other.
         twin = ax.twinx()
-        twin.plot(xs, [updates[0], *updates], drawstyle="steps-pre", color="#8172b2", label="updates/s")
-        twin.set_ylabel("updates/s")
-        twin.set_ylim(bottom=0)
+        twin.plot(xs, [updates[0], *updates], drawstyle="steps-pre", color="#8172b2", linestyle="--",
+                  label="updates/s (right axis)")
+        twin.set_ylabel("updates/s", color="#8172b2")
+        twin.tick_params(axis="y", colors="#8172b2")
+        twin.set_ylim(0, _top(updates) * 2.0)
         more_handles, more_labels = twin.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
     ax.legend(handles, labels, loc="lower right", fontsize="small")
+
+
+def _top(values: Sequence[float]) -> float:
+    """The largest finite value (1 when there is none), for an axis's upper limit."""
+    finite = [v for v in values if v == v and math.isfinite(v)]
+    return max(finite, default=0.0) or 1.0
 
 
 def _phase_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], wall: Sequence[float]) -> None:
@@ -317,7 +390,7 @@ def phase_shares(timed: Sequence[tuple[float, Mapping[str, float]]],
 
 def _run_title(record: Mapping[str, Any]) -> str:
     command = list(record.get("command") or [])
-    shown = " ".join(["rlperf", *command[1:]]) if command else ""
+    shown = " ".join([_program(command[0], record.get("kind")), *command[1:]]) if command else ""
     env, train = config_section(record, "env"), config_section(record, "train")
     knobs = ", ".join(f"{k}={v}" for k, v in (
         ("envs", env.get("num_envs")), ("train_ratio", train.get("train_ratio")),
@@ -325,6 +398,13 @@ def _run_title(record: Mapping[str, Any]) -> str:
     config = f"{shown[:110] + '…' if len(shown) > 111 else shown}" + (f"  [{knobs}]" if knobs else "")
     status = f"{record.get('kind', 'run')}, {record.get('status', '?')}"
     return f"{record.get('name', 'run')} ({status})\n{config}\n{_machine(record)}"
+
+
+def _program(argv0: str, kind: Any) -> str:
+    """How the command line starts: ``rlperf`` for rlperf's runs, ``python x.py`` for a script's own timer."""
+    if kind != "external":
+        return "rlperf"
+    return f"python {argv0}" if argv0.endswith(".py") else Path(argv0).name
 
 
 def _machine(record: Mapping[str, Any]) -> str:
@@ -398,11 +478,14 @@ def _compare_phase_panel(ax: Axes, sides: Sequence[tuple[str, Sequence[Mapping[s
     per_record = [[phase_time_per_env_step(r) for r in records] for _, records in sides]
     names = _phase_order(list(dict.fromkeys(n for side in per_record for r in side for n in r)))
     bottoms = [0.0] * len(sides)
+    heights_drawn: list[float] = []
     top = 0.0
     for name in names:
         heights = [1e6 * _median([r.get(name, 0.0) for r in side]) for side in per_record]
+        heights_drawn += heights
         ax.bar(x, heights, bottom=bottoms, color=phase_color(name, names), label=name, width=0.6)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    first = bottoms[0] if bottoms and bottoms[0] > 0 else None
     for i, side in enumerate(per_record):
         totals = summarize([1e6 * sum(r.values()) for r in side if r])
         if totals is None:
@@ -410,13 +493,20 @@ def _compare_phase_panel(ax: Axes, sides: Sequence[tuple[str, Sequence[Mapping[s
         top = max(top, totals.hi, bottoms[i])
         if totals.n > 1:
             _range_bar(ax, i, totals.lo, totals.hi)
-        ax.annotate(f"{bottoms[i]:.3g} µs" + (f" (n={totals.n})" if totals.n > 1 else ""), (i, totals.hi),
+        ratio = f"\n{_speed(first, bottoms[i])} than {sides[0][0]}" if i and first and bottoms[i] > 0 else ""
+        ax.annotate(f"{bottoms[i]:.3g} µs" + (f" (n={totals.n})" if totals.n > 1 else "") + ratio, (i, totals.hi),
                     xytext=(0, 4), textcoords="offset points", ha="center", fontsize="small")
     ax.set_xticks(x, labels)
     ax.set_ylabel("time per env step (µs)")
     ax.set_title("time per env step by phase (median of the repeats; bar: min–max of the total)", fontsize="medium")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="phase")
-    ax.set_ylim(0, top * 1.15 or 1.0)  # room for the whiskers and their labels
+    if _wide(bottoms):  # a fast side would be a sliver beside a slow one on a linear axis
+        ax.set_yscale("log")
+        ax.set_ylabel("time per env step (µs, log scale)")
+        # The smallest phase of the fastest side still shows.
+        ax.set_ylim(min(h for h in heights_drawn if h > 0) / 2, top * 3)
+    else:
+        ax.set_ylim(0, top * 1.15 or 1.0)  # room for the whiskers and their labels
 
 
 def _compare_score_panel(ax: Axes, sides: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], x: list[int],
@@ -467,17 +557,41 @@ def _gate_panel(ax: Axes, gate: Mapping[str, Any], samples: tuple[Sequence[float
 
 
 def _bars_with_points(ax: Axes, x: Sequence[int], values: Sequence[Sequence[Any]], color: str) -> None:
-    """A bar at each side's median, its min–max as an error bar and each repeat as a point."""
+    """A bar at each side's median, its min–max as an error bar and each repeat as a point; each
+    side's ratio to the first written on its bar, and a log axis where the medians span 10× or more."""
+    medians: list[float] = []
     for i, side in zip(x, values, strict=True):
         s = summarize(side)
         if s is None:
             continue
+        medians.append(s.median)
         ax.bar([i], [s.median], color=color, alpha=0.6, width=0.6)
         if s.n > 1:
             _range_bar(ax, i, s.lo, s.hi)
             ax.plot([i] * s.n, s.samples, marker="o", linestyle="none", color="black", markersize=3)
-    ax.set_ylim(bottom=0)
+        if medians[0] > 0 and len(medians) > 1:
+            ax.annotate(f"{s.median / medians[0]:.3g}× the first", (i, s.hi), xytext=(0, 3),
+                        textcoords="offset points", ha="center", fontsize="small")
+    positive = [m for m in medians if m > 0]
+    if _wide(medians):
+        ax.set_yscale("log")
+        ax.set_ylim(min(positive) / 4, max(positive) * 3)
+    elif positive:
+        ax.set_ylim(0, max(positive) * 1.15)  # room for the ratios
+    else:
+        ax.set_ylim(bottom=0)
     ax.grid(True, axis="y", alpha=0.3)
+
+
+def _speed(first: float, other: float) -> str:
+    """``other``'s time beside ``first``'s: "30.1× faster" or "2× slower"."""
+    return f"{first / other:.3g}× faster" if other <= first else f"{other / first:.3g}× slower"
+
+
+def _wide(values: Sequence[float]) -> bool:
+    """Whether positive values span a factor of 10 or more (then a linear axis hides the small ones)."""
+    positive = [v for v in values if is_number(v) and v > 0]
+    return len(positive) > 1 and max(positive) >= 10 * min(positive)
 
 
 def _range_bar(ax: Axes, x: float, lo: float, hi: float) -> None:
