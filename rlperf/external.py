@@ -36,7 +36,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from rlperf import timers
+from rlperf import script_registry, timers
+from rlperf.script_registry import SUBPROCESS_TIMERS_ENV
 from rlperf.errors import ConfigError, DeviceError, RlperfError
 
 MAX_NUM_ENVS = 1 << 30
@@ -46,17 +47,6 @@ MAX_INTERVALS = 128
 """Rows a record's ``intervals`` keeps: :data:`rlperf.run.record.MAX_INTERVALS` (that module imports
 torch; a test keeps the two equal)."""
 
-# Set by ``rlperf profile -- python ...`` (rlperf.instruments.child): every timer made is kept in this
-# list (strongly: a timer inside the script's main() is gone with its frame otherwise), and
-# _on_step is called after every step_done().
-_collected: list[PhaseTimer] | None = None
-_on_step: Callable[[PhaseTimer], None] | None = None
-_collected_pid: int | None = None  # the script's own process (a fork of it has the list too)
-
-SUBPROCESS_TIMERS_ENV = "RLPERF_SUBPROCESS_TIMERS"
-"""Set by ``rlperf profile -- python ...`` to a folder: a process the script starts (multiprocessing,
-forked or spawned, or another python) that makes a timer writes its timers there as
-``timers-PID.json`` when it ends, for the profile's phase table."""
 
 _process_timers: tuple[int, list[PhaseTimer]] | None = None  # (pid, timers) of such a process
 _process_timers_written: int | None = None  # the pid whose timers were written
@@ -68,8 +58,9 @@ def _keep(timer: PhaseTimer) -> None:
     """Keep a new timer for ``rlperf profile``: the script's own, or one of a process it started."""
     global _process_timers
     pid = os.getpid()
-    if _collected is not None and pid == _collected_pid:
-        _collected.append(timer)
+    registry = script_registry.current  # rlperf profile -- python: the script's own timers
+    if registry is not None and pid == registry.pid:
+        registry.timers.append(timer)
         return
     folder = os.environ.get(SUBPROCESS_TIMERS_ENV)
     if not folder:
@@ -305,8 +296,9 @@ class PhaseTimer(timers.PhaseTimer):
         now = self._last_step = perf_counter()
         if now - self._interval_end >= self.interval_s:
             self._close_interval(now)
-        if _on_step is not None:
-            _on_step(self)
+        registry = script_registry.current
+        if registry is not None and registry.on_step is not None:
+            registry.on_step(self)
 
     def episode(self, return_: float, length: int | None = None) -> None:
         """Note one finished episode: its return (its score) and, if known, its length in env steps."""
@@ -438,7 +430,9 @@ class PhaseTimer(timers.PhaseTimer):
 
 def timers_in_use() -> list[PhaseTimer]:
     """The public timers the script made that timed something (what ``rlperf profile -- python ...`` collects)."""
-    return [t for t in (_collected or ()) if t.steps or any(s.calls for s in t.stats().values())]
+    registry = script_registry.current
+    return [t for t in (registry.timers if registry is not None else ()) if t.steps or any(
+        s.calls for s in t.stats().values())]
 
 
 def check_num_envs(num_envs: Any) -> int:

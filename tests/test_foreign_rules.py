@@ -44,9 +44,10 @@ class Env:
 
 
 def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None,
-           call_cost: float = 0.0) -> tuple[list[Finding], float, int]:
+           call_cost: float = 0.0, cpu_wait: dict[str, float] | None = None) -> tuple[list[Finding], float, int]:
     """Run ENV + ``body`` as train.py under the instruments; (findings, script seconds, planted line).
-    ``steps``: the loop's steps as rlperf profile counted them (else from the env's step calls)."""
+    ``steps``: the loop's steps as rlperf profile counted them (else from the env's step calls);
+    ``cpu_wait``: what the script's thread waited for a CPU, instead of what it measured."""
     source = textwrap.dedent(ENV) + textwrap.dedent(body)
     script = tmp_path / "train.py"
     script.write_text(source)
@@ -58,14 +59,17 @@ def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None,
     sampler = evidence.LineSampler(own, threading.get_ident())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the record below says: two threads on a loaded 2-core box make the torch part 20x slower
+    waits = evidence.CpuWait()  # what the script's thread waited for a CPU, as rlperf profile measures it
     try:
         with monitor.running():
+            waits.start()
             sampler.start()
             profiler.enable()
             try:
                 runpy.run_path(str(script), run_name="__main__")
             finally:
                 profiler.disable()
+                waited = waits.to_dict()
                 sampler.stop()
     finally:
         hooks = forwards.collect() | {"line_samples": sampler.to_dict()}
@@ -73,7 +77,8 @@ def advise(tmp_path: Path, body: str, steps: tuple[int, str] | None = None,
             hooks["profiler_cost"] = {"per_call_s": call_cost}
         torch.set_num_threads(threads)
     calls = CallStats(pstats.Stats(profiler), own=own)
-    record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}}}
+    record = {"system": {"torch_threads": 1},
+              "profile": {"load": {"cpus": 2.0, "loadavg_1m": 0.0}, "cpu_wait": cpu_wait if cpu_wait is not None else waited}}
     findings = advise_script(record, calls, monitor.to_dict(), steps or script_steps(record, calls), hooks)
     return findings, ScriptProfile(calls).total, planted
 
@@ -962,6 +967,26 @@ def test_a_functional_env_s_own_loop_is_the_env_s_cost_unless_it_dominates(tmp_p
     assert findings == [], [(f.id, f.where, f.est_saving_s, total) for f in findings]
     f = check_first(*advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs", n=1400)), "preprocessing")
     assert "Python loop" in f.evidence
+
+
+def test_a_share_that_waits_for_a_cpu_could_have_made_is_no_finding(tmp_path: Path) -> None:
+    """cProfile charges a call the wall time it took, so on a busy machine a wait for a CPU lands on
+    whatever call was running: a function of about a quarter of the script's work stalled once for as
+    long as the rest took (a sleep stands for the scheduler's wait, and the record says the thread
+    waited that long, once). With the wait measured, its share is not read as work; without, it is."""
+    stalled = FUNCTIONAL.replace("    for k in range({n}):", "    if not out[0]:\n        time.sleep({stall})\n"
+                                 "    for k in range({n}):").replace("import torch", "import time\nimport torch")
+    quiet, total, _ = advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs", n=500, stall=0))
+    assert quiet == [], [(f.id, f.est_saving_s, total) for f in quiet]
+    stall = 1.5 * total
+    (tmp_path / "told").mkdir()
+    told, _, _ = advise(tmp_path / "told", stalled.format(name="preprocess_obs", n=500, stall=stall),
+                        cpu_wait={"wait_s": stall, "slices": 1})
+    assert told == [], [(f.id, f.est_saving_s) for f in told]
+    (tmp_path / "untold").mkdir()
+    untold, _, _ = advise(tmp_path / "untold", stalled.format(name="preprocess_obs", n=500, stall=stall),
+                          cpu_wait={})
+    assert untold and untold[0].where.startswith("train.py:"), [(f.id, f.est_saving_s) for f in untold]
 
 
 def test_forwards_with_grad_that_cost_nothing_measurable_are_no_finding(tmp_path: Path,

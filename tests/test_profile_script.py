@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlperf.cli import main
+from rlperf.instruments.fixes import VERIFIABLE
 
 FOREIGN = Path(__file__).resolve().parent / "foreign"
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +64,56 @@ def test_the_planted_bottleneck_is_named_first(script: str, section: str, file: 
     assert first["fix"] and first["evidence"]
     if file is not None:
         assert file in first["where"] and first["where"].endswith(function), first["where"]
-    if first["knob"]:  # the same fix measured on rlperf's own loop
-        assert first["command"].startswith("rlperf compare fast --vs ")
+    # the fix is the script's, at its line: no knob of rlperf's loop, no compare line that does not run the script
+    assert first["knob"] is None
+    assert first["command"] == (f"rlperf profile --verify 1 -- python {FOREIGN / script}"
+                                if first["id"] in VERIFIABLE else None)
     assert record["kind"] == "external" and record["exit_code"] == 0 and record["status"] == "completed"
+
+
+def test_a_finding_on_a_script_names_the_line_to_change_not_a_knob_of_rlperf(tmp_path: Path) -> None:
+    # it said "try: --set buffer.push=batch" and "verify: rlperf compare fast --vs buffer.push=loop":
+    # a knob and a run of rlperf's own loop, neither of which changes or measures the script
+    proc = profile(tmp_path, "--", "python", str(FOREIGN / "item_push.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = " ".join(proc.stdout.split())
+    assert "1. Per-item host copies in the loop" in out, out[-3000:]
+    assert "fix at item_push.py:" in out and "(push): copy the whole batch at once" in out, out[-3000:]
+    assert "--set" not in out and "rlperf compare" not in out and "try:" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("script", ["blas_pools.py", "pool_workers.py"])
+def test_thread_pools_that_outnumber_the_cpus_are_named_with_their_fix(script: str, tmp_path: Path) -> None:
+    # numpy's BLAS pool and torch's OpenMP pool each at the CPU count, or workers each with a full BLAS
+    # pool: the threads busy at once (measured) outnumber the CPUs; the record lists every pool
+    if len(os.sched_getaffinity(0)) > 4:
+        pytest.skip("the planted pools are sized for a machine of a few CPUs")
+    (tmp_path / "planted").mkdir()
+    (tmp_path / "capped").mkdir()
+    proc = profile(tmp_path / "planted", "--json", "--", "python", str(FOREIGN / script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    threads = record["profile"]["threads"]
+    assert threads["cpus"] == len(os.sched_getaffinity(0)) and threads["loadavg_1m"] >= 0
+    assert any(p["package"] == "numpy" and p["api"] == "blas" and p["threads"] > 1 and p["version"]
+               for p in threads["pools"]), threads
+    assert threads["census"]["oversubscribed_s"] > 0 and threads["census"]["counts"] >= 2, threads
+    findings = record["profile"]["advisor"]["findings"]
+    assert [f["id"] for f in findings][:1] == ["threads"], [(f["id"], f["evidence"]) for f in findings]
+    first = findings[0]
+    assert "numpy's openblas" in first["evidence"] and "threadpool_limits(1)" in first["fix"], first
+    # the line to change: the first import of a package whose pool it is (the variables go before it)
+    first_import = next(i for i, line in enumerate((FOREIGN / script).read_text().splitlines(), 1)
+                        if line.startswith(("import numpy", "import torch")))
+    assert "OPENBLAS_NUM_THREADS=1" in first["fix"] and first["where"] == f"{script}:{first_import} (<module>)", first
+    if script == "pool_workers.py":
+        assert "worker processes" in first["evidence"], first["evidence"]
+    # the clean twin: the pools capped as the fix says (pool_workers.py by the variable before its import)
+    proc = profile(tmp_path / "capped", "--json", "--", "python", str(FOREIGN / script), "--capped")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    assert all(p["threads"] == 1 for p in record["profile"]["threads"]["pools"]), record["profile"]["threads"]
+    assert "threads" not in [f["id"] for f in record["profile"]["advisor"]["findings"]], record["profile"]["threads"]
 
 
 def test_threads_beyond_the_cpus_are_named(tmp_path: Path) -> None:

@@ -739,12 +739,11 @@ def test_a_fork_while_a_snapshot_holds_the_locks_ends(tmp_path: Path, monkeypatc
     snapshot thread held the session's lock (or a timer's) hung at its os._exit, and the script with
     it (its close() joins the workers)."""
     import rlperf
-    from rlperf import external
+    from rlperf import script_registry
     from rlperf.instruments import child
 
-    for name in ("_collected", "_collected_pid", "_on_step"):
-        monkeypatch.setattr(external, name, getattr(external, name))
-    monkeypatch.setenv(external.SUBPROCESS_TIMERS_ENV, "")
+    monkeypatch.setattr(script_registry, "current", script_registry.current)
+    monkeypatch.setenv(script_registry.SUBPROCESS_TIMERS_ENV, "")
     session = child._Session(tmp_path / "child.json")
     timer = rlperf.PhaseTimer("cpu")
     assert session.timers == [timer]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,14 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_threads_are_capped_for_the_script_s_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy  # noqa: F401  (its BLAS pool, loaded before the fix as the script's top-level imports are)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
     before, set_threads = torch.get_num_threads(), torch.set_num_threads
     monkeypatch.setattr(torch, "set_num_threads", set_threads)  # the fix's wrapper is undone after the test
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)  # set by the fix (for the processes the script starts), undone
+    pools = threadpool_limits(None)  # the pools as they are, restored after the test
     try:
         fixes.apply(["threads=1"])
         torch.set_num_threads(16)
         assert torch.get_num_threads() == 1
+        assert all(pool["num_threads"] == 1 for pool in threadpool_info())
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["OPENBLAS_NUM_THREADS"] == "1"
     finally:
         set_threads(before)
+        pools.restore_original_limits()
 
 
 def test_gc_off_turns_the_collector_and_the_script_s_collections_off(monkeypatch: pytest.MonkeyPatch) -> None:

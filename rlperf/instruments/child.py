@@ -58,6 +58,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+from rlperf import script_registry
 from rlperf.instruments import evidence
 from rlperf.instruments.profilers import dump_table
 from rlperf.instruments.windows import WHOLE_S
@@ -67,7 +68,10 @@ TORCH_WINDOW = (10, 1, 5)
 
 SNAPSHOT_S = 5.0
 """Least seconds between two snapshots of the script's timers in FILE (each costs a percentile pass
-over the samples; the gap grows to 50 times the last snapshot's cost)."""
+over the samples; the gap grows to 50 times the last snapshot's CPU time)."""
+FIRST_SNAPSHOTS_S = 1.0
+"""The gap between snapshots for the first :data:`SNAPSHOT_S` seconds of the script: a short run killed
+early keeps its phases too, however long the child took to start it (seconds under load)."""
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -143,8 +147,9 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def preimport(kind: str, name: str) -> list[str]:
     """Import, before profiling starts, the installed packages the script imports at its top level
-    (torch, numpy, gymnasium...): their import time is not the script's loop, and under cProfile
-    importing torch alone can take seconds. The script's own modules are left to the script."""
+    before any other statement (torch, numpy, gymnasium...): their import time is not the script's
+    loop, and under cProfile importing torch alone can take seconds. The script's own modules are
+    left to the script."""
     import ast
     import importlib.util
 
@@ -158,11 +163,18 @@ def preimport(kind: str, name: str) -> list[str]:
     except (OSError, SyntaxError, ValueError, ImportError):
         return []
     roots = []
-    for node in tree.body:
+    body = tree.body[1:] if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(
+        getattr(tree.body[0], "value", None), ast.Constant) else tree.body  # the docstring
+    for node in body:
+        # Only the imports before the script's first other statement: that statement may set what an
+        # import reads (OMP_NUM_THREADS in os.environ before numpy or torch sizes its thread pool).
         if isinstance(node, ast.Import):
             roots += [a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.append(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                roots.append(node.module.split(".")[0])
+        else:
+            break
     mine = {os.path.abspath(sys.path[0])}
     done = []
     for root in dict.fromkeys(roots):
@@ -203,19 +215,17 @@ class _Session:
         self.timers: list[Any] = []
         self.roots: list[str] = []  # where your code lives
         self.done_fd: int | None = None  # rlperf's pipe: a byte once FILE is written
-        self.next_snapshot = self.started + 1.0  # the first one soon: a short run killed early keeps its phases too
+        self.next_snapshot = self.started + FIRST_SNAPSHOTS_S
         self.subprocess_timers: Path | None = None
-        try:  # numpy missing: the script cannot make a PhaseTimer either, and its profile goes on without
-            from rlperf import external
-        except ImportError:
-            return
-        external._collected = self.timers
-        external._collected_pid = self.pid
-        external._on_step = self.on_step
+        self.cpu_wait = evidence.CpuWait()  # the script's thread: what it lost to other processes
+        self.census: evidence.ThreadCensus | None = None  # the threads its processes kept busy
+        # The timers the script makes (rlperf.PhaseTimer imports numpy: not before the script does, so the
+        # script's own OMP_NUM_THREADS and the like still size numpy's pools)
+        self.timers = script_registry.open_registry(self.pid, self.on_step).timers
         self.subprocess_timers = report.parent / "subprocess-timers"  # the timers of processes the script starts
         with contextlib.suppress(OSError):
             self.subprocess_timers.mkdir(exist_ok=True)
-            os.environ[external.SUBPROCESS_TIMERS_ENV] = str(self.subprocess_timers)
+            os.environ[script_registry.SUBPROCESS_TIMERS_ENV] = str(self.subprocess_timers)
 
     def forked(self) -> None:
         """In a process the script forks: its instruments off (they measure the script's process)."""
@@ -250,13 +260,15 @@ class _Session:
                 time.sleep(max(0.0, self.next_snapshot - perf_counter()))
                 if self.finished or os.getpid() != self.pid:
                     return
-                now = perf_counter()
+                cpu = time.thread_time()  # its cost to the script: on a busy machine the wall time is mostly waiting
                 with self.lock:
                     if self.finished:
                         return
                     with contextlib.suppress(Exception):  # best effort: the script's thread may be changing a timer
                         self.write(None, "running")
-                self.next_snapshot = perf_counter() + max(SNAPSHOT_S, 50 * (perf_counter() - now))
+                now = perf_counter()
+                early = self.loop_started is None or now - self.loop_started < SNAPSHOT_S
+                self.next_snapshot = now + max(FIRST_SNAPSHOTS_S if early else SNAPSHOT_S, 50 * (time.thread_time() - cpu))
 
         threading.Thread(target=loop, name="rlperf-snapshots", daemon=True).start()
 
@@ -306,7 +318,10 @@ class _Session:
     def gather(self, code: int | None, ended: str) -> dict[str, Any]:
         """What FILE holds: the exit code (None while running), the status and what was gathered."""
         torch = sys.modules.get("torch")
-        external = sys.modules.get("rlperf.external")
+        external = sys.modules.get("rlperf.external")  # imported by the script's first timer
+        if external is None and ended != "running":
+            with contextlib.suppress(ImportError):  # the script is over: what it reads may be imported now
+                from rlperf import external
         timers = external.timers_in_use() if external is not None else []
         wall = perf_counter() - self.started
         gc = self.gc_monitor.to_dict()
@@ -329,6 +344,10 @@ class _Session:
             "preimported": self.preimported,
         }
         if ended != "running" and not self.plain:  # collecting removes the hooks and runs micro-benchmarks: at the end
+            data["cpu_wait"] = self.cpu_wait.to_dict()  # before the micro-benchmarks: the script's own
+            if self.census is not None:
+                self.census.stop()
+                data["threads"] = evidence.thread_pools() | {"census": self.census.to_dict()}
             data["evidence"] = evidence.collect()
         if self.loop_s is not None:
             data["loop_s"] = self.loop_s  # the script from its first line to its end (what --verify times)
@@ -386,6 +405,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.plain:
         evidence.install(kind, name)
         evidence.sample_lines(kind, name)
+        session.census = evidence.ThreadCensus(evidence.usable_cpus())
+        session.census.start()
     from rlperf.instruments.windows import WindowedProfiler
 
     session.roots = evidence.script_roots(kind, name)
@@ -411,6 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         if session.profiler is not None:
             stack.enter_context(session.profiler.running())
         session.loop_started = perf_counter()
+        session.cpu_wait.start()
         code, ended = _run(kind, name, session.pid)
         session.loop_s = perf_counter() - session.loop_started
     session.finish(code, ended)

@@ -292,6 +292,14 @@ def _reached(site: Site) -> None:
     site.backward_reached += 1
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; all of them where the platform cannot say)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _cpus() -> float:
     from rlperf.system import effective_cpus
 
@@ -434,3 +442,165 @@ def collect() -> dict[str, Any]:
         _SAMPLER.stop()
         found["line_samples"] = _SAMPLER.to_dict()
     return found | {"profiler_cost": profiler_cost()}
+
+
+def schedstat(tid: int) -> tuple[float, float, int] | None:
+    """Thread ``tid`` of this process, from the kernel's scheduler statistics: CPU seconds, seconds it
+    was ready to run and waited for a CPU, and the time slices it ran. None where Linux does not say."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+            run, wait, slices = f.read().split()[:3]
+        return int(run) / 1e9, int(wait) / 1e9, int(slices)
+    except (OSError, ValueError):
+        return None
+
+
+class CpuWait:
+    """What one thread (the script's) lost to other processes from :meth:`start` on: the seconds it
+    waited for a CPU while ready to run, and in how many waits (time slices). cProfile charges a
+    function the wall time it took, so a wait lands on whatever call was running: the advisor reads
+    these figures to tell a share that a few waits could have made from one the work made."""
+
+    def __init__(self, tid: int | None = None) -> None:
+        self.tid = threading.get_native_id() if tid is None else tid
+        self.started: tuple[float, float, int] | None = None
+        self.wall = 0.0
+
+    def start(self) -> None:
+        self.started, self.wall = schedstat(self.tid), time.perf_counter()
+
+    def to_dict(self) -> dict[str, Any]:
+        end = schedstat(self.tid)
+        if self.started is None or end is None:
+            return {}
+        return {"cpu_s": end[0] - self.started[0], "wait_s": end[1] - self.started[1],
+                "slices": end[2] - self.started[2], "wall_s": time.perf_counter() - self.wall}
+
+
+CENSUS_S = 0.5
+"""Seconds between two counts of the threads the script's processes kept busy (:class:`ThreadCensus`)."""
+EXCESS_THREADS = 0.5
+"""How far the threads kept busy must exceed the usable CPUs, on average over a census interval, for
+the interval to count as oversubscribed (a thread that wakes to wait on another adds a little)."""
+
+
+class ThreadCensus:
+    """How many threads the script kept busy at once, against the CPUs it may use: every
+    :data:`CENSUS_S`, each thread of the script's process and of the processes it started (its process
+    group: multiprocessing workers, vector-env workers, DataLoader workers) is read from the kernel's
+    scheduler statistics; a thread's demand in the interval is the CPU it ran plus the time it waited,
+    ready, for one. A sum above the usable CPUs (by :data:`EXCESS_THREADS`) is the script's own threads
+    oversubscribing them (BLAS or OpenMP pools each at the CPU count, or workers each with full pools),
+    whatever else runs. rlperf's own threads are left out. About 0.1 ms a count."""
+
+    def __init__(self, cpus: float) -> None:
+        self.cpus = cpus
+        self.last: dict[tuple[int, int], float] = {}  # (pid, tid) -> CPU + wait seconds at the last count
+        self.when = 0.0
+        self.counts = self.over = self.max_processes = 0
+        self.demand_s = self.over_s = self.max_demand = self.watched_s = 0.0
+        self.most_threads: dict[int, int] = {}  # pid -> the most threads it had
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.count()
+        self._thread = threading.Thread(target=self._run, name="rlperf-thread-census", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(CENSUS_S):
+            self.count()
+
+    def count(self) -> None:
+        now, seen = time.perf_counter(), {}
+        me = os.getpid()
+        ours = {t.native_id for t in threading.enumerate() if t.name.startswith("rlperf-")}
+        for pid in _process_group():
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            self.most_threads[pid] = max(self.most_threads.get(pid, 0), len(tids))
+            for tid in tids:
+                if pid == me and int(tid) in ours:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                        run, wait = f.read().split()[:2]
+                except (OSError, ValueError):
+                    continue
+                seen[(pid, int(tid))] = (int(run) + int(wait)) / 1e9
+        if self.when:
+            span = now - self.when
+            demand = sum(v - self.last.get(k, v) for k, v in seen.items()) / span if span > 0 else 0.0
+            self.counts += 1
+            self.watched_s += span
+            self.demand_s += demand * span
+            self.max_demand = max(self.max_demand, demand)
+            if demand > self.cpus + EXCESS_THREADS:
+                self.over += 1
+                self.over_s += span
+        self.max_processes = max(self.max_processes, len({pid for pid, _ in seen}))
+        self.last, self.when = seen, now
+
+    def to_dict(self) -> dict[str, Any]:
+        workers = [n for pid, n in self.most_threads.items() if pid != os.getpid()]
+        return {"interval_s": CENSUS_S, "counts": self.counts, "cpus": self.cpus, "watched_s": self.watched_s,
+                "oversubscribed_s": self.over_s,
+                "oversubscribed_counts": self.over, "max_threads_busy": self.max_demand,
+                "max_processes": self.max_processes, "worker_processes": len(workers),
+                "most_threads_per_worker": max(workers, default=0),
+                "threads": self.most_threads.get(os.getpid(), 0)}
+
+
+def _process_group() -> list[int]:
+    """This process and the others of its process group (what the script started, unless it made a group of its own)."""
+    me, group = os.getpid(), os.getpgrp()
+    found = [me]
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group:
+            found.append(int(name))
+    return found
+
+
+def thread_pools() -> dict[str, Any]:
+    """The thread pools the process ended with: every BLAS and OpenMP library loaded (threadpoolctl:
+    its library, version, threads and the package that ships it), torch's intra- and inter-op threads
+    when torch was imported, the CPUs the process may use and the load average."""
+    pools = []
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        threadpool_info = None
+    for info in threadpool_info() if threadpool_info is not None else []:
+        pools.append({"api": info.get("user_api"), "library": info.get("internal_api"), "prefix": info.get("prefix"),
+                      "version": info.get("version"), "threads": int(info.get("num_threads") or 1),
+                      "package": _package_of(str(info.get("filepath") or ""))})
+    torch = sys.modules.get("torch")
+    return {"pools": pools,
+            "torch": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+            if torch is not None else None,
+            "cpus": usable_cpus(), "loadavg_1m": os.getloadavg()[0]}
+
+
+def _package_of(path: str) -> str:
+    """The installed package a shared library ships with (``numpy`` for ``site-packages/numpy.libs/...``)."""
+    parts = path.replace(os.sep, "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages"):
+            return parts[i + 1].removesuffix(".libs")
+    return os.path.basename(path)
+

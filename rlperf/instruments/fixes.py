@@ -5,7 +5,9 @@ and with the fix applied from outside, interleaved, and timing both. Only some f
 from outside; each is one ``--apply`` value of :mod:`rlperf.instruments.child`, applied after the
 script's top-level imports and before its first line runs:
 
-- ``threads=N`` (finding ``threads``): torch runs N threads, and the script's own
+- ``threads=N`` (finding ``threads``): every BLAS and OpenMP pool loaded runs N threads
+  (threadpoolctl), the environment variables say N to the libraries loaded later and to the
+  processes the script starts, torch runs N threads, and the script's own
   ``torch.set_num_threads(M)`` calls set ``min(M, N)``;
 - ``gc=off`` (finding ``gc_pauses``): the collector is off while the script runs and its
   ``gc.collect()`` / ``gc.enable()`` calls do nothing (the most a fix of the pauses can save; memory
@@ -26,7 +28,8 @@ from types import FrameType
 from typing import Any
 
 VERIFIABLE = {
-    "threads": "re-run with torch's threads capped at the usable CPUs (the script's set_num_threads calls capped too)",
+    "threads": "re-run with every BLAS and OpenMP pool and torch's threads capped at the usable CPUs per process (the "
+               "script's set_num_threads calls capped too)",
     "gc_pauses": "re-run with the garbage collector off and the script's gc.collect() calls doing nothing",
     "autograd_forward": "re-run with grad off for the forwards called at that line (no backward reached their graphs), "
                         "by module hooks that cost every module call a few µs themselves: a lower bound",
@@ -52,6 +55,18 @@ def apply(fixes: list[str]) -> None:
 
 
 def _cap_threads(n: int) -> None:
+    import os
+
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = str(n)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        pass
+    else:
+        threadpool_limits(n)  # called, not entered: the limits stay for the whole run
+    if "torch" not in sys.modules:
+        return
     import torch
 
     set_threads = torch.set_num_threads

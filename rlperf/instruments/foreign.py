@@ -35,13 +35,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rlperf.instruments.advisor import call_time, effective_cpus
-from rlperf.instruments.catalogue import CATALOGUE, Finding, finding
+from rlperf.instruments.catalogue import Finding, finding
 from rlperf.instruments.profilers import CallStats
 from rlperf.instruments.sources import Sources
 from rlperf.report.units import percent_short, seconds_short
 
 Key = tuple[str, int, str]
-DEMO = ("rlperf", "compare", "fast", "--steps", "25600", "--repeats", "3")
 MIN_SHARE = 0.04
 """A finding's estimated saving must reach this share of the script's time (a planted or real
 bottleneck worth a fix costs several times more; a clean loop's incidental costs stay below)."""
@@ -51,12 +50,6 @@ HOT_SHARE = 0.25
 """A function whose own Python time holds this share of the script is a hot spot when no rule explains it."""
 LIBRARY_HOT_SHARE = 0.4
 """A library call is a hot spot from this share: a clean loop's replay or env library can hold a third."""
-
-
-def demo(finding_id: str) -> str | None:
-    """The rlperf compare line that measures a fix on rlperf's own loop: fast.toml against its slow form."""
-    slow = CATALOGUE[finding_id].slow
-    return shlex.join([*DEMO[:3], "--vs", slow, *DEMO[3:]]) if slow else None
 
 
 def callee_name(key: Key) -> str:
@@ -395,6 +388,21 @@ class Evidence:
         return windows.get("whole") is False
 
 
+    def clears(self, seconds: float, threshold_s: float) -> bool:
+        """Whether ``seconds`` of the profile reach ``threshold_s`` beyond what waiting for a CPU could
+        have put there: cProfile charges a call the wall time it took, so on a busy machine each of
+        the script's waits (rlperf.instruments.evidence.CpuWait: their seconds and number) lands on
+        whatever call was running. Taken as landing at random, in proportion to time, the waits that
+        land in a part holding a share q of the script spread by sqrt(q (1 − q) / waits) × the
+        seconds waited; a part must clear the threshold by twice that. On a quiet machine, nothing."""
+        wait = (self.record.get("profile") or {}).get("cpu_wait") or {}
+        waited, waits = float(wait.get("wait_s") or 0.0), int(wait.get("slices") or 0)
+        if self.p is None or waited <= 0 or waits <= 0:
+            return seconds >= threshold_s
+        q = min(1.0, max(0.0, seconds / self.p.total))
+        return seconds - 2 * waited * math.sqrt(q * (1 - q) / waits) >= threshold_s
+
+
 COUNT_MARGIN = 0.1
 """How much a ratio of estimated counts must clear a rule's threshold by (windows: counts a few percent off)."""
 
@@ -451,7 +459,7 @@ def host_copy(ev: Evidence) -> Finding | None:
         saving,
         f"the per-item calls' own time and their share of {caller[2]}'s own time, {seconds_short(charged)} (cProfile), × "
         f"(1 − 1/{per_call:,.0f}): one batched copy instead of {per_call:,.0f}",
-        where=p.where(caller, [callee_name(e.callee) for e in edges]), command=demo("host_copy"))
+        where=p.where(caller, [callee_name(e.callee) for e in edges]))
 
 
 def update_ratio(ev: Evidence) -> Finding | None:
@@ -481,7 +489,7 @@ def update_ratio(ev: Evidence) -> Finding | None:
         f"({update_fn[2]}, repeated by the loop at {where}) took {_share(p, charged)}",
         charged * (1 - 1 / ratio),
         f"the updates' measured {seconds_short(charged)} × (1 − 1/{ratio:.1f}): their cost per update, one update "
-        f"per env step", where=where, command=demo("update_ratio"), fix=f"1 update per env step instead of {ratio:.0f}")
+        f"per env step", where=where, fix=f"1 update per env step instead of {ratio:.0f}")
 
 
 def target_copy(ev: Evidence) -> Finding | None:
@@ -511,7 +519,7 @@ def target_copy(ev: Evidence) -> Finding | None:
         f"copies took {_share(p, seconds)}",
         seconds * (1 - 1 / 100),
         f"the copies' measured {seconds_short(seconds)} (cProfile) × (1 − 1/100): one copy every 100 updates",
-        where=p.where(top.caller, top.callee), command=demo("target_copy"))
+        where=p.where(top.caller, top.callee))
 
 
 def _unprofiled(seconds: float, calls: int, per_call_alone: float) -> float:
@@ -568,7 +576,7 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         f"{_site_where(site)} ran a module {site['calls']:,} times, {site['grad_calls']:,} with grad enabled "
         f"(torch.is_grad_enabled() read as each ran), and a backward pass reached {site['backward_reached']:,} of "
         f"those graphs; the forwards took {seconds_short(site['grad_seconds'])}",
-        saving, estimate, where=_site_where(site), command=demo("autograd_forward"))
+        saving, estimate, where=_site_where(site))
 
 
 def small_batch(ev: Evidence) -> Finding | None:
@@ -667,7 +675,7 @@ def _calls_charged(ev: Evidence, finding_id: str, keys: list[Key], what: str, de
         seconds * (1 - kept),
         f"the calls' measured {seconds_short(seconds)} (cProfile, at their call sites)"
         + (f" × (1 − {kept:.2g}): {keep[1]}" if keep else ": the fix takes them out of the loop"),
-        where=where, command=demo(finding_id))
+        where=where)
 
 
 def checkpointing(ev: Evidence) -> Finding | None:
@@ -776,7 +784,7 @@ def logging_rule(ev: Evidence) -> Finding | None:
         measured = f"{what}: {seconds_short(seconds)}"
         evidence += f"; with the values computed only to be logged, {_share(p, seconds)}"
     return finding("logging", evidence, seconds * (1 - 1 / 100),
-                   f"{measured} × (1 − 1/100): one log every 100 steps", where=where, command=demo("logging"))
+                   f"{measured} × (1 − 1/100): one log every 100 steps", where=where)
 
 
 PROGRESS_CALLS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str", "write")
@@ -847,7 +855,7 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         f"loop, then an array per field), {p.calls(fn):,} calls, {_share(p, cum)}",
         cum * 0.9,
         f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
-        f"about a tenth", where=p.loop_where(fn), command=demo("replay_sampling"))
+        f"about a tenth", where=p.loop_where(fn))
 
 
 _LOADER = "torch/utils/data/dataloader.py"
@@ -876,8 +884,7 @@ def _loader_per_batch(p: ScriptProfile) -> Finding | None:
         f"{_share(p, seconds)}",
         seconds * 0.9,
         f"the DataLoader calls' measured {seconds_short(seconds)} (cProfile, at {where}) × 0.9: one index draw and one "
-        f"gather per field keep about a tenth", where=where if fn == p.loop_holder() else p.loop_where(fn),
-        command=demo("replay_sampling"))
+        f"gather per field keep about a tenth", where=where if fn == p.loop_holder() else p.loop_where(fn))
 
 
 def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
@@ -916,7 +923,7 @@ def gc_pauses(ev: Evidence) -> Finding | None:
         f"longest pause {float(gc.get('max_pause_ms') or 0):.1f} ms (gc.callbacks)"
         + (f"; the allocations that triggered most of that time are at {where}" if where else ""),
         seconds, f"the collector's measured {seconds_short(seconds)}: the fix runs no full collections in the loop",
-        where=where, command=demo("gc_pauses"))
+        where=where)
 
 
 def _gc_site(gc: Mapping[str, Any], p: ScriptProfile | None) -> str | None:
@@ -935,8 +942,94 @@ def _gc_site(gc: Mapping[str, Any], p: ScriptProfile | None) -> str | None:
     return f"{short_file(file)}:{line} ({function})"
 
 
+OVERSUBSCRIBED_SHARE = 0.2
+"""The share of the script's time its own threads must have outnumbered the CPUs for (ThreadCensus) to
+be a ``threads`` finding: a pool that ran wide for a moment (a start-up product) is not one."""
+
+
 def threads(ev: Evidence) -> Finding | None:
-    """More compute threads than free CPUs (docs/bottlenecks.md §14)."""
+    """More compute threads than free CPUs (docs/bottlenecks.md §14): the script's own pools and
+    workers outnumbering the CPUs (measured), else torch's threads beyond the CPUs or the load."""
+    return _pools_oversubscribed(ev) or _torch_threads(ev)
+
+
+def _pools_oversubscribed(ev: Evidence) -> Finding | None:
+    """The script's threads -- its BLAS and OpenMP pools, in its process and in the processes it
+    started -- kept more threads busy than there are CPUs for :data:`OVERSUBSCRIBED_SHARE` of its
+    time (rlperf.instruments.evidence.ThreadCensus): the pools wider than one thread are named."""
+    info = (ev.record.get("profile") or {}).get("threads") or {}
+    census = info.get("census") or {}
+    watched = float(census.get("watched_s") or 0.0)  # the script's run, as the census saw it
+    cpus = float(census.get("cpus") or info.get("cpus") or 0)
+    over_s = float(census.get("oversubscribed_s") or 0.0)
+    if not census or cpus <= 0 or watched <= 0 or over_s < OVERSUBSCRIBED_SHARE * watched:
+        return None
+    wide = sorted((pool for pool in info.get("pools") or [] if int(pool.get("threads") or 1) > 1),
+                  key=lambda pool: -int(pool["threads"]))
+    torch = info.get("torch") or {}
+    workers = int(census.get("worker_processes") or 0)
+    if not wide and int(torch.get("intra_op") or 1) <= 1 and not workers:
+        return None  # threads of the script's own making (a thread pool of Python threads): not a pool to cap
+    named = [f"{pool['package']}'s {pool['library']}" + (f" {pool['version']}" if pool.get("version") else "")
+             + f" ({pool['api']}, {pool['threads']} threads)" for pool in wide]
+    if int(torch.get("intra_op") or 1) > 1:
+        named.append(f"torch's intra-op threads ({torch['intra_op']})")
+    processes = 1 + workers
+    # the pools take turns in a step, and each one's threads spin a while after its call: a CPU each
+    each = max(1, math.floor(cpus / (processes * max(1, len(wide)))))
+    where_workers = (f"; {workers} worker processes the script started, up to {census['most_threads_per_worker']} "
+                     f"threads each" if workers else "")
+    wait = (ev.record.get("profile") or {}).get("cpu_wait") or {}
+    waited = (f"; the script's thread waited {seconds_short(float(wait['wait_s']))} for a CPU in all"
+              if wait.get("wait_s") else "")
+    evidence = (f"the script's threads kept up to {float(census['max_threads_busy']):.1f} busy on {cpus:g} usable CPUs, "
+                f"more than the CPUs for {seconds_short(over_s)} of its {seconds_short(watched)} (census of its threads every "
+                f"{census.get('interval_s', 0.5):g} s); pools: {', '.join(named) or 'one thread each'}{where_workers}"
+                f"{waited}")
+    packages = list(dict.fromkeys(pool["package"] for pool in wide)) or ["torch"]
+    fix = (f"{each} thread(s) per process: threadpoolctl.threadpool_limits({each})"
+           + (f" and torch.set_num_threads({each})" if torch else "") + f" at the start, or OMP_NUM_THREADS={each} "
+           f"OPENBLAS_NUM_THREADS={each} MKL_NUM_THREADS={each} set before the first import of {' or '.join(packages)} "
+           "(worker processes inherit the variables)")
+    bench = ev.hooks.get("threads_bench")
+    p = ev.p
+    saving = None
+    if p is not None and bench:
+        compute = _compute_keys(p)
+        saving = _bench_saving(_total(p.edges(compute))[1], bench)
+    estimate = ("the busiest module's forward and backward with fewer threads, micro-benchmarked after the script"
+                if saving is not None else "not measured: the pools' time is spent in C, out of cProfile's sight; "
+                "profile --verify runs the script again with them capped")
+    setters = p.edges(p.keys(builtin="set_num_threads")) if p is not None else []
+    where = _setter_where(p, setters[0].caller, int(torch.get("intra_op") or 0)) if p is not None and setters \
+        else _first_import(ev.record, packages)
+    return finding("threads", evidence, saving, estimate, where=where, fix=fix)
+
+
+def _first_import(record: Mapping[str, Any], packages: list[str]) -> str | None:
+    """``train.py:3 (<module>)``: the script's first import of a package that loaded a pool (before
+    which the environment variables go), else its first import."""
+    argv = (record.get("script") or {}).get("argv") or []
+    try:
+        tree = ast.parse(open(argv[0], encoding="utf-8").read()) if argv else None
+    except (OSError, SyntaxError, ValueError):
+        return None
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))] if tree else []
+    roots = {node: [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import)
+             else [(node.module or "").split(".")[0]] for node in imports}
+    first = min((n for n in imports if set(roots[n]) & set(packages)), key=lambda n: n.lineno, default=None) or min(
+        imports, key=lambda n: n.lineno, default=None)
+    return f"{short_file(os.path.abspath(argv[0]))}:{first.lineno} (<module>)" if first is not None else None
+
+
+def _compute_keys(p: ScriptProfile) -> list[Key]:
+    """The networks' forward and backward passes and the optimizers' steps."""
+    compute = p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py")
+    return compute + [k for k in p.keys("step", "torch/optim/") if "lr_scheduler" not in k[0]]
+
+
+def _torch_threads(ev: Evidence) -> Finding | None:
+    """torch's threads beyond the usable CPUs, or more than one while the load average fills them."""
     p = ev.p
     system = ev.record.get("system") or {}
     n = int(system.get("torch_threads") or 0)
@@ -945,9 +1038,7 @@ def threads(ev: Evidence) -> Finding | None:
     busy = float(load.get("loadavg_1m") or 0.0)
     if p is None or n <= 1 or not (n > cpus or busy > cpus + 0.5):
         return None
-    compute = p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py")
-    compute += [k for k in p.keys("step", "torch/optim/") if "lr_scheduler" not in k[0]]
-    _, seconds = _total(p.edges(compute))
+    _, seconds = _total(p.edges(_compute_keys(p)))
     setters = p.edges(p.keys(builtin="set_num_threads"))
     # Compute in the profiled thread, or a thread count your code set beyond the CPUs (its work may run
     # in threads cProfile does not see: a thread pool's).
@@ -962,12 +1053,14 @@ def threads(ev: Evidence) -> Finding | None:
                 f"{call_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
                 f"{bench['threads']} threads, micro-benchmarked after the script{_noise(saving)}"
                 if saving is not None and bench else
-                "not measured: depends on the other processes; the compare line measures it on rlperf's loop")
+                "not measured: depends on the other processes; profile --verify runs the script again with "
+                f"{fewer} thread(s)")
     where = _setter_where(p, setters[0].caller, n) if setters else _busiest_site(ev)
     return finding(
         "threads", f"{why}" + (f", set at {where}" if setters else "") + f"; forward and backward passes and optimizer "
         f"steps in the profiled thread took {_share(p, seconds)}", saving, estimate,
-        where=where, knob=f"run.threads={fewer}", command=demo("threads"), fix=f"{fewer} thread(s)")
+        where=where, fix=f"torch.set_num_threads({fewer}) (and threadpoolctl.threadpool_limits({fewer}) for the BLAS "
+        "and OpenMP pools numpy and scipy load)")
 
 
 def _setter_where(p: ScriptProfile, caller: Key, n: int) -> str:
@@ -1033,7 +1126,7 @@ def env_backend(ev: Evidence) -> Finding | None:
         f"{what} steps {per_call:.0f} single envs {each}, {p.calls(fn):,} calls; their steps took {_share(p, cum)}",
         cum * (1 - 1 / per_call),
         f"the single envs' steps' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
-        f"what one env's step costs", where=where, command=demo("env_backend"))
+        f"what one env's step costs", where=where)
 
 
 @functools.cache
@@ -1142,7 +1235,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             if not loops:
                 continue
         # The loop's own body, an env method: Python time a clean loop has too, unless it dominates.
-        if own < (0.3 if fn == holder else 0.4 if _env_function(fn[2]) else 0.25) * p.total:
+        if not ev.clears(own, (0.3 if fn == holder else 0.4 if _env_function(fn[2]) else 0.25) * p.total):
             continue
         share = p.loop_share(fn) if fn != holder else None
         if share is not None and share < 0.5:
@@ -1191,7 +1284,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
                 or any(w in k[0].replace(os.sep, "/") for k in p.subtree(e.callee, 3) for w in _WAITING)
                 or p.subtree(e.callee) & expected):
             continue
-        if e.seconds >= LIBRARY_HOT_SHARE * p.total and (best is None or e.seconds > best[1]):
+        if ev.clears(e.seconds, LIBRARY_HOT_SHARE * p.total) and (best is None or e.seconds > best[1]):
             best = (p.offending(e.caller, e.callee), e.seconds,
                     f"the library call {callee_name(e.callee)}() (from {p.where(e.caller, e.callee)}), made")
     if best is None:
@@ -1223,14 +1316,14 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
         looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
         # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor) ...
         kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
-        concentrated = bool(kids) and not p.is_user(kids[0][0]) and kids[0][2] >= 0.8 * p.cumtime(fn)
+        concentrated = bool(kids) and not p.is_user(kids[0][0]) and ev.clears(kids[0][2], 0.8 * p.cumtime(fn))
         # ... or it is work done every step whose result the loop drops or only collects (a metric
         # recomputed each step for a plot).
         holder_of_call, line, child = p.loop_call(fn)
         side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
                 and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
-        hot = (p.python_time(fn) >= HOT_SHARE * p.total and looped) or (
-            (concentrated or side) and cum >= HOT_SHARE * p.total)
+        hot = (ev.clears(p.python_time(fn), HOT_SHARE * p.total) and looped) or (
+            (concentrated or side) and ev.clears(cum, HOT_SHARE * p.total))
         if hot and (best is None or cum > best[1]):
             hottest = p.hottest_line(fn)
             inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
@@ -1289,7 +1382,7 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
         # busier machine it is not); forwards that recorded unused graphs are a bottleneck only when running
         # them without grad saves something (CleanRL's dqn.py: under 2%, inside its noise).
         findings = [_clamped(f, profile.total) for f in findings
-                    if f.est_saving_s is None or f.est_saving_s >= floor or f.id == "threads"]
+                    if f.est_saving_s is None or ev.clears(f.est_saving_s, floor) or f.id == "threads"]
     spot = hot_spot(ev, findings)
     findings += [_clamped(spot, profile.total)] if spot and profile is not None else []
     if cost:
@@ -1297,7 +1390,20 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
                             f"left out") if f.est_saving_s is not None else f for f in findings]
     measured = sorted((f for f in findings if f.est_saving_s is not None), key=lambda f: f.est_saving_s or 0.0,
                       reverse=True)
-    return measured + [f for f in findings if f.est_saving_s is None]
+    ranked = measured + [f for f in findings if f.est_saving_s is None]
+    command = (record.get("script") or {}).get("command")
+    return [_script_fix(f, rank, command) for rank, f in enumerate(ranked, 1)]
+
+
+def _script_fix(f: Finding, rank: int, command: list[str] | None) -> Finding:
+    """A finding as a script's: its fix is a change at its line of the script, not a knob of rlperf's
+    loop (``--set`` and ``rlperf compare`` do not run the script); the check is ``rlperf profile
+    --verify`` where rlperf can apply the fix from outside (rlperf.instruments.fixes), else none."""
+    from rlperf.instruments.fixes import VERIFIABLE
+
+    verify = (shlex.join(["rlperf", "profile", "--verify", str(rank), "--", *command])
+              if command and f.id in VERIFIABLE else None)
+    return replace(f, knob=None, command=verify)
 
 
 def _clamped(f: Finding, total: float) -> Finding:

@@ -638,6 +638,8 @@ def _script_profile_section(child: dict[str, Any], record: dict[str, Any], optio
         "artifacts": {},
         "gc": child["gc"],
         "load": {"loadavg_1m": child["loadavg_1m"], "cpus": effective_cpus()},
+        "cpu_wait": child.get("cpu_wait") or {},  # what the script's thread waited for a CPU (the advisor's margin)
+        "threads": child.get("threads") or {},  # the thread pools it ended with, and the threads it kept busy
         "own": "your code",
     }
     if calls is not None:

@@ -26,8 +26,10 @@ VERIFY_REPEATS = 3
 def fix_for(finding: dict[str, Any], record: dict[str, Any]) -> list[str] | None:
     """The child's ``--apply`` values that apply ``finding``'s fix, or None when it has none."""
     if finding.get("id") == "threads":
-        cpus = float(((record.get("profile") or {}).get("load") or {}).get("cpus") or 1)
-        return [f"threads={max(1, int(cpus))}"]
+        profile = record.get("profile") or {}
+        cpus = float((profile.get("load") or {}).get("cpus") or 1)
+        processes = 1 + int(((profile.get("threads") or {}).get("census") or {}).get("worker_processes") or 0)
+        return [f"threads={max(1, int(cpus / processes))}"]
     if finding.get("id") == "gc_pauses":
         return ["gc=off"]
     if finding.get("id") == "autograd_forward":

@@ -69,7 +69,9 @@ def render_findings(findings: Sequence[Mapping[str, Any]], total_s: float, none_
             head.append(f" — could save ~{seconds_short(saving)} of {seconds_short(total_s)}{share}", style="bold")
         if f.get("where"):
             head.append(f" — in {f['where']}")
-        parts += [head, Text(f"   evidence: {f['evidence']}"), Text(f"   fix: {f['fix']}")]
+        # A finding on your script is fixed at its line (the call to change); rlperf's own loop by a knob (try:).
+        fix = f"   fix at {f['where']}: {f['fix']}" if f.get("where") and not f.get("knob") else f"   fix: {f['fix']}"
+        parts += [head, Text(f"   evidence: {f['evidence']}"), Text(fix)]
         expected = f"   expected: {f['expected_gain']}; see {f['reference']}"
         if f.get("knob"):
             parts.append(Text.assemble("   try: ", (f"--set {f['knob']}", "bold cyan"), expected))
@@ -253,6 +255,9 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
         else:
             console.print(f"torch.profiler: {t.get('note')}", highlight=False, soft_wrap=True, markup=False)
     _pyspy_and_gc_lines(console, p, "the script")
+    pools = thread_pools_line(p)
+    if pools:
+        console.print(pools, highlight=False, soft_wrap=True, markup=False)
     overhead = script_overhead_line(record)
     if overhead:
         console.print(overhead, highlight=False, soft_wrap=True, markup=False)
@@ -260,6 +265,24 @@ def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
     if not quiet or record["status"] != "completed":
         print(f"{' '.join(script['command'])}: exit code {record['exit_code']} ({script['wall_s']:.1f} s) -> "
               f"{record['run_dir']}", file=sys.stderr)
+
+
+def thread_pools_line(p: Mapping[str, Any]) -> str | None:
+    """The thread pools the script ended with against the CPUs it could use and the load, and the most
+    threads its processes kept busy at once."""
+    info = p.get("threads") or {}
+    if not info:
+        return None
+    pools = [f"{pool['package']}'s {pool['library']}" + (f" {pool['version']}" if pool.get("version") else "")
+             + f": {pool['threads']} threads" for pool in info.get("pools") or []]
+    torch = info.get("torch")
+    if torch:
+        pools.append(f"torch: {torch['intra_op']} intra-op, {torch['inter_op']} inter-op threads")
+    census = info.get("census") or {}
+    busy = (f"; up to {census['max_threads_busy']:.1f} threads busy at once" if census.get("counts") else "") + (
+        f" in {census['max_processes']} processes" if int(census.get("max_processes") or 1) > 1 else "")
+    return (f"thread pools: {'; '.join(pools) or 'none loaded'}; {info['cpus']} usable CPUs, load "
+            f"average {info['loadavg_1m']:.1f}{busy}")
 
 
 def script_overhead_line(record: Mapping[str, Any]) -> str | None:
