@@ -11,9 +11,10 @@ kernels' blocks are interleaved (fused, ops, fused, ops, ...), so their ratio se
 The Gymnasium baselines (``SyncVectorEnv`` / ``AsyncVectorEnv`` over the single-board
 ``SnakeEnv``) run in the same invocation so the ratios compare like with like. The envs run with
 ``copy=False`` (the trainer's mode); ``--overheads`` times what ``copy=True`` (the default, what
-``gymnasium.make_vec`` users get) and the action checks add, ``--overheads-only`` that alone:
+``gymnasium.make_vec`` users get: new tensors every step) and the action checks add, with the
+page faults each step takes and the load average around the blocks, ``--overheads-only`` that alone:
 
-    python scripts/bench_env.py --overheads-only --kernels fused --max-n 4096 --steps 1000 --threads 1
+    python scripts/bench_env.py --overheads-only --kernels fused,ops --max-n 4096 --steps 1000 --repeats 9
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import os
 import platform
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -66,25 +69,29 @@ def time_vector_snakes(
 
 def overheads(n: int, repeats: int, steps: int, kernels: list[str]) -> dict:
     """What the env's contracts cost per step at ``n`` boards, for each kernel on the CPU: returning
-    tensors no later step changes (``copy=True`` against ``copy=False``, interleaved blocks, each
-    step's results held during the next as ``obs, ... = env.step(a)`` holds them) and checking the
-    actions (the fused kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
+    new tensors that are the caller's (``copy=True`` against ``copy=False``, interleaved blocks, each
+    step's results held during the next as ``obs, ... = env.step(a)`` holds them; minor page faults
+    per step, which fresh memory every step would show) and checking the actions (the fused
+    kernel's scan, run alone; the ops kernel's min/max and host read, run alone)."""
     device = torch.device("cpu")
     actions = torch.randint(0, 3, (steps, n))
-    row: dict = {"n": n}
+    row: dict = {"n": n, "load_before": os.getloadavg()[0]}
     for kernel in kernels:
         envs = {copy: VectorSnake(num_envs=n, size=10, device=device, kernel=kernel, copy=copy) for copy in (False, True)}
         times: dict[bool, list[float]] = {False: [], True: []}
+        faults: dict[bool, list[float]] = {False: [], True: []}
         for env in envs.values():
             env.reset(seed=0)
-            for i in range(min(5, steps)):  # warm-up, the results held as in the timed loop: copy=True's sets exist
+            for i in range(min(5, steps)):  # warm-up, the results held as in the timed loop
                 out = env.step(actions[i])
         for _ in range(repeats):
             for copy, env in envs.items():
+                faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 start = time.perf_counter()
                 for i in range(steps):
                     out = env.step(actions[i])  # held during the next step, as a loop holds it
                 times[copy].append((time.perf_counter() - start) / steps)
+                faults[copy].append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faulted) / steps)
                 del out
         plain, copied = statistics.median(times[False]), statistics.median(times[True])
         env = envs[False]
@@ -100,10 +107,13 @@ def overheads(n: int, repeats: int, steps: int, kernels: list[str]) -> dict:
             "copy_ratio": copied / plain,
             "rate": n / plain,
             "copy_rate": n / copied,
-            "copy_rate_ratio": plain / copied,  # the target: >= 0.8 at 256 and 4,096 boards
+            "copy_rate_ratio": plain / copied,
+            "faults_per_step": statistics.median(faults[False]),
+            "copy_faults_per_step": statistics.median(faults[True]),
             "check_us": 1e6 * check_s,
             "check_share": check_s / plain,
         }
+    row["load_after"] = os.getloadavg()[0]
     return row
 
 
@@ -241,9 +251,11 @@ def time_overheads(args: argparse.Namespace, results: dict, kernels: list[str]) 
             print(
                 f"{kernel:5s} N={r['n']:>8,}: copy=True +{o['copy_extra_us']:.1f} µs per step ({o['copy_ratio']:.2f}x "
                 f"the {o['step_us']['median']:.1f} µs step; {o['copy_rate'] / 1e6:.2f} M against "
-                f"{o['rate'] / 1e6:.2f} M env steps/s, {o['copy_rate_ratio']:.2f}x); action check "
+                f"{o['rate'] / 1e6:.2f} M env steps/s, {o['copy_rate_ratio']:.2f}x; page faults per step "
+                f"{o['copy_faults_per_step']:.2f} against {o['faults_per_step']:.2f}); action check "
                 f"{o['check_us']:.2f} µs ({o['check_share']:.1%} of the step)"
             )
+        print(f"load average {r['load_before']:.1f} before, {r['load_after']:.1f} after")
 
 
 def sizes_between(low: int, high: int) -> list[int]:

@@ -50,14 +50,18 @@ torch generator on the env's device for all boards at once, so a board's stream 
 ``num_envs``; ``fused`` computes them from a hash of (seed, board index, step), so board i's stream
 does not depend on ``num_envs``. :meth:`VectorSnake.step_with_draws` injects explicit draws.
 
-Returned tensors: with ``copy=True`` (the default, as Gymnasium's vector envs) every call returns
-tensors that later steps never change, however the caller holds them. A step's come from a pool of
-output sets reused only once the caller holds nothing of them (:mod:`rlperf.env.outputs`; the
-fused kernel writes the observations straight into the set), so the usual loop allocates nothing
-and the default costs little next to ``copy=False`` (BENCHMARKS.md). ``copy=False`` returns the
-env's own buffers, what rlperf's trainer uses: an observation then stays valid until the step
-after the next one (two buffers alternate, so ``obs = next_obs`` hand-offs work), while
-``final_obs``, rewards, flags and ``final_info`` are overwritten by the next step.
+Returned tensors: with ``copy=True`` (the default) what a step or reset returns is the caller's, as
+Gymnasium means it: new tensors every call, which nothing the env does later writes, resizes,
+re-points or reads back -- the caller may keep them, change them in place, share their memory or
+hold only their storage. The fused kernel writes a step's observation and ``final_obs`` straight
+into a new tensor (so the env's own observation buffer is filled again only when
+:attr:`VectorSnake.observations` is read); the ops kernel's, and the final counters, rewards and
+flags, are cloned. Nothing of that memory is reused while anything may hold it: the allocator gets
+it back only when its last holder lets go. The cost, a few allocations and views per step, is
+measured against ``copy=False`` in BENCHMARKS.md. ``copy=False`` returns the env's own buffers,
+valid until the next step -- the fast path, what rlperf's trainer uses: the next step overwrites
+``final_obs``, rewards, flags and ``final_info``; an observation lasts one step longer (two buffers
+alternate, so ``obs = next_obs`` hand-offs work).
 
 Invalid input -- an action outside {0, 1, 2}, a float or bool action dtype, a wrong shape, ``step``
 before ``reset`` -- raises one clear error, at no cost the env benchmark can see: the fused kernel
@@ -69,6 +73,7 @@ that the next call that reads the device anyway (``reset``, ``get_board``, ``sta
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium
@@ -79,7 +84,6 @@ from gymnasium.vector.utils import batch_space
 
 from rlperf.device import resolve_device
 from rlperf.env import floodfill, fused
-from rlperf.env.outputs import OutputPool, OutputSet
 from rlperf.env.fused import (DIR_ROW, DONE_ROW, DRAW_ROWS, EP_LEN_ROW, EP_RETURN_ROW, EP_SCORE_ROW, FINAL_LEN_ROW,
                               FINAL_OBS, FINAL_RETURN_ROW, FINAL_SCORE_ROW, FLAG_ROWS, FLOAT_ROWS, FRUIT_DRAW, FRUIT_ROW,
                               HEAD_ROW, HUNGRY_ROW, LENGTH_ROW, PTR_ROW, RESET_FRUIT_DRAW, REWARD_ROW, START_DRAW,
@@ -174,8 +178,9 @@ class VectorSnake(VectorEnv):
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         render_mode: ``None``, ``"ansi"`` (board 0 as text) or ``"rgb_array"`` (every board as an
             ``(H, W, 3)`` uint8 image, a tuple of ``num_envs``, as Gymnasium's vector envs render).
-        copy: return tensors no later step changes (default), or the env's own buffers (``False``:
-            for a trainer that reads each step's results before the next step; see the module docstring).
+        copy: return new tensors that are the caller's (default), or the env's own buffers, valid until
+            the next step (``False``: for a trainer that reads each step's results before the next
+            step; see the module docstring).
         kernel: ``"auto"`` (default: ``fused`` where it can run), ``"ops"`` or ``"fused"``; see the
             module docstring. :attr:`kernel` and :attr:`kernel_reason` say which runs and why.
     """
@@ -236,8 +241,8 @@ class VectorSnake(VectorEnv):
         """Every tensor a step reads or writes, once: the board's lookup tables, the state rows and the
         observation and output buffers."""
         self._build_tables()
-        rows, floats_at, flags_at = self._allocate_state()
-        self._allocate_buffers(obs_shape, rows, floats_at, flags_at)
+        self._allocate_state()
+        self._allocate_buffers(obs_shape)
 
     def _build_tables(self) -> None:
         """The board's constant lookup tables (neighbours, turns, row/column of each cell)."""
@@ -261,8 +266,8 @@ class VectorSnake(VectorEnv):
         self._heading_fruit = self._heading_fruit_table() if 4 * c * c * 8 * 4 <= HEADING_FRUIT_TABLE_BYTES else None
         self._body_steps = torch.arange(self.initial_length, **i64)
 
-    def _allocate_state(self) -> tuple[torch.Tensor, int, int]:
-        """The boards' state; returns the one allocation of its rows and where the float and flag rows start."""
+    def _allocate_state(self) -> None:
+        """The boards' state."""
         n, c, dev = self.num_envs, self.cells, self.device
         i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
         # The state both kernels share (layout in rlperf.env.fused): every per-board counter is a
@@ -271,12 +276,7 @@ class VectorSnake(VectorEnv):
         self._gen = torch.Generator(device=dev)
         self._occ = torch.zeros((n, c + 1), dtype=torch.bool, device=dev)  # last column: the wall
         self._ring = torch.zeros((n, c), **i64)  # body cells, head at _head_ptr
-        # The int64, float32 and bool rows are one allocation, in that order, so the rows a step
-        # returns (the final counters, the last two state rows, then the floats and the flags)
-        # are one run of bytes: copy=True copies them with one memcpy (rlperf.env.outputs).
-        rows = torch.zeros(8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n + FLAG_ROWS * n, dtype=torch.uint8, device=dev)
-        floats_at, flags_at = 8 * STATE_ROWS * n, 8 * STATE_ROWS * n + 4 * FLOAT_ROWS * n
-        self._state = rows[:floats_at].view(torch.int64).view(STATE_ROWS, n)
+        self._state = torch.zeros((STATE_ROWS, n), **i64)
         self._head_ptr = self._state[PTR_ROW]
         self._length = self._state[LENGTH_ROW]
         self._head = self._state[HEAD_ROW]
@@ -287,43 +287,41 @@ class VectorSnake(VectorEnv):
         self._ep_score = self._state[EP_SCORE_ROW]
         self._final_len = self._state[FINAL_LEN_ROW]
         self._final_score = self._state[FINAL_SCORE_ROW]
-        self._floats = rows[floats_at:flags_at].view(torch.float32).view(FLOAT_ROWS, n)
+        self._floats = torch.zeros((FLOAT_ROWS, n), dtype=torch.float32, device=dev)
         self._ep_return = self._floats[EP_RETURN_ROW]
         self._final_return = self._floats[FINAL_RETURN_ROW]
         self._rewards = self._floats[REWARD_ROW]
-        self._flags = rows[flags_at:].view(torch.bool).view(FLAG_ROWS, n)
+        self._flags = torch.zeros((FLAG_ROWS, n), dtype=torch.bool, device=dev)
         self._terminated = self._flags[TERMINATED_ROW]
         self._truncated = self._flags[TRUNCATED_ROW]
         self._done = self._flags[DONE_ROW]
-        return rows, floats_at, flags_at
 
-    def _allocate_buffers(self, obs_shape: tuple[int, ...], rows: torch.Tensor, floats_at: int, flags_at: int) -> None:
-        """The observation buffers, the random draws, and (copy=True) the pooled output sets over ``rows``."""
+    def _allocate_buffers(self, obs_shape: tuple[int, ...]) -> None:
+        """The observation buffers, the random draws, and what copy=True clones a step's results from."""
         n, dev = self.num_envs, self.device
         # Two alternating observation buffers and final_obs.
         self._obs_all = torch.zeros((3, n, *obs_shape), dtype=torch.float32, device=dev)
         self._obs = [self._obs_all[slot] for slot in OBS_SLOTS]
         self._final_obs = self._obs_all[FINAL_OBS]
         self._obs_index = 0
-        self._last_set: OutputSet | None = None  # copy=True: the set the fused kernel last wrote into
+        # copy=True: the fused kernel wrote the last step's observation only into the returned tensor.
+        self._obs_behind = False
         self._draws = torch.zeros((DRAW_ROWS, n), dtype=torch.float64, device=dev)
         self._all = torch.ones(n, dtype=torch.bool, device=dev)
         self._actions_shape = (n,)
-        # copy=True: output sets to copy a step's results into (pooled on the CPU).
-        if self.copy:
-            returned = 8 * FINAL_LEN_ROW * n  # the returned rows' first byte
-            counters, floats, flags = (floats_at - returned, flags_at - returned, rows.numel() - returned)
-            views = ((0, counters, torch.int64, 0), (0, counters, torch.int64, 1),  # steps, score
-                     *((counters, floats, torch.float32, row) for row in (REWARD_ROW, FINAL_RETURN_ROW)),
-                     *((floats, flags, torch.bool, row) for row in (TERMINATED_ROW, TRUNCATED_ROW, DONE_ROW)))
-            self._outputs = OutputPool(self._obs_all, rows[returned:], views)
+        # copy=True clones a step's results from these, adjacent rows each: one clone per dtype.
+        # Slot 0 is where copy=True observes (see _out_index), so [obs, final_obs] are adjacent too.
+        self._pair = self._obs_all[:FINAL_OBS + 1]
+        self._pair_shapes = ((2, n, *obs_shape), (2, n, math.prod(obs_shape)))  # returned, as the kernel writes it
+        self._final_counters = self._state[FINAL_LEN_ROW:FINAL_SCORE_ROW + 1]  # steps, score
+        self._final_floats = self._floats[FINAL_RETURN_ROW:REWARD_ROW + 1]  # return, reward
         self._key = np.uint64(0)  # the fused kernel's stream: seed key and step counter
         self._counter = 0
 
     def _bind_fused(self) -> None:
         """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory)."""
         n = self.num_envs
-        # The observations are passed apart: with copy=True a step's go straight into its output set.
+        # The observations are passed apart: with copy=True a step's go straight into new tensors.
         self._fused_state = (self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(),
                              self._flags.numpy())
         self._fused_obs = self._obs_all.numpy().reshape(3, n, -1)
@@ -388,13 +386,14 @@ class VectorSnake(VectorEnv):
 
     def _out_index(self) -> int:
         """The observation buffer a reset or step writes: the two alternate for copy=False's
-        ``obs = next_obs`` hand-offs; copy=True returns copies, so it always takes slot 2 (its
-        ``final_obs`` next to it in slot 1: one block to copy)."""
-        return 1 if self.copy else self._obs_index ^ 1
+        ``obs = next_obs`` hand-offs; copy=True returns new tensors, so it always takes slot 0 (its
+        ``final_obs`` next to it in slot 1: one block to clone, laid out as the fused kernel writes
+        a new pair)."""
+        return 0 if self.copy else self._obs_index ^ 1
 
     def _reset(self, draws: Any) -> tuple[torch.Tensor, dict]:
         out_index = self._out_index()
-        self._last_set = None
+        self._obs_behind = False
         if self.kernel == "fused":
             injected = draws is not None
             self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index],
@@ -418,26 +417,28 @@ class VectorSnake(VectorEnv):
         if self._needs_reset:
             raise ResetNeededError("VectorSnake.step() was called before reset()", hint="call env.reset(seed=...) first")
         out_index = self._out_index()
-        # copy=True: an output set the caller no longer holds; the fused kernel writes the
-        # observations straight into it, the ops kernel's are copied (rlperf.env.outputs).
-        chosen = self._outputs.take() if self.copy else None
+        pair = None  # copy=True, fused kernel: the new observation and final_obs it writes into
         if self.kernel == "fused":
             injected = draws is not None
-            obs = self._fused_obs if chosen is None else chosen.kernel_slots
+            obs = self._fused_obs
+            if self.copy:
+                pair = torch.empty(self._pair_shapes[0], device=self.device)
+                obs = pair.numpy().reshape(self._pair_shapes[1])
             self._fused_step(self._actions_array(actions), draws if injected else self._no_draws, injected, False,
-                             OBS_SLOTS[out_index], obs)  # type: ignore[arg-type]
-            self._last_set = chosen
+                             OBS_SLOTS[out_index], obs)
+            self._obs_behind = self.copy
         else:
             self._step_ops(self._checked_actions(actions), draws, self._obs[out_index])
         self._obs_index = out_index
         self._counter += 1
-        return self._results(out_index, chosen)
+        return self._results(out_index, pair)
 
-    def _results(self, out_index: int, chosen: OutputSet | None
+    def _results(self, out_index: int, pair: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """What ``step`` returns: views of the env's buffers, or (``copy=True``) of the output set
-        ``chosen``, its rows (and the ops kernel's observations) copied in here."""
-        if chosen is None:  # copy=False: the row views made once in _allocate, no tensor op per step
+        """What ``step`` returns: views of the env's buffers, or (``copy=True``) new tensors: the
+        fused kernel's ``pair`` (observation, ``final_obs``), or clones of the env's observations,
+        and clones of its returned rows."""
+        if not self.copy:  # the row views made once in _allocate, no tensor op per step
             done = self._done
             infos = {
                 "final_obs": self._final_obs,
@@ -446,8 +447,10 @@ class VectorSnake(VectorEnv):
                 "_final_info": done,
             }
             return self._obs[out_index], self._rewards, self._terminated, self._truncated, infos
-        filled = self._outputs.fill(chosen, observations=self.kernel != "fused")  # the fused kernel wrote them
-        obs, final_obs, steps, score, reward, final_return, terminated, truncated, done = filled
+        obs, final_obs = (self._pair.clone() if pair is None else pair).unbind()
+        steps, score = self._final_counters.clone().unbind()
+        final_return, reward = self._final_floats.clone().unbind()
+        terminated, truncated, done = self._flags.clone().unbind()
         infos = {
             "final_obs": final_obs,
             "_final_obs": done,
@@ -651,15 +654,17 @@ class VectorSnake(VectorEnv):
         self._ep_score[index] = score
         self._ep_len[index] = steps
         self._ep_return[index] = float(score)
-        self._last_set = None
+        self._obs_behind = False
         self._observe(self._obs[self._obs_index])
         self._needs_reset = False
 
     @property
     def observations(self) -> torch.Tensor:
-        """The most recent observation batch (what the last reset/step returned)."""
-        if self._last_set is not None:  # the fused kernel wrote it straight into a copy=True output set
-            return self._last_set.tensors[0]
+        """The most recent observation batch (what the last reset/step returned), in the env's own
+        buffer: the next step changes it."""
+        if self._obs_behind:  # the state determines it: observe it again rather than read the caller's
+            self._observe(self._obs[self._obs_index])
+            self._obs_behind = False
         return self._obs[self._obs_index]
 
     _STATE_NAMES = ("_occ", "_ring", "_head_ptr", "_length", "_head", "_dir", "_fruit", "_hungry_for",
@@ -683,7 +688,7 @@ class VectorSnake(VectorEnv):
             if name.startswith("_"):
                 getattr(self, name).copy_(value.to(self.device))
         self._obs_index = 0
-        self._last_set = None
+        self._obs_behind = False
         self._obs[0].copy_(state["obs"].to(self.device))
         self._gen.set_state(state["generator"])
         key, self._counter = state.get("stream", (0, 0))
