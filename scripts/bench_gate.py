@@ -18,6 +18,9 @@ by trial so that the machine's state falls on all of them:
   be. ``/4`` is a cost on one step in four, which the p25 step does not see.
 - ``push:F``: the same work inside the replay push (the push phase): the verdict should name push.
 
+Both sides run the same instruments (a clock read per step costs as much as a small plant on a VM);
+only the candidate's do the planted work.
+
 For the planted kinds a FAIL is a detection (target at 10% and above, 5% gate: no PASS, FAIL ≥ 95%).
 Each verdict's printed detectable slowdown is kept, and from it the FAIL rate the gate's own figure
 predicts at the planted size (normal approximation), beside the observed one. ``--quick`` runs 2
@@ -51,34 +54,34 @@ class Plant:
     on every ``every``-th step only, ``every`` × as much."""
 
     def __init__(self, where: str, fraction: float, every: int = 1) -> None:
-        self.where, self.fraction, self.every = where, fraction, every
-        self.own = 0.0  # CPU seconds of a vector step, the planted work left out (a moving average)
+        self.where, self.planted, self.every = where, fraction, every
+        self.fraction = fraction
+        self.own = 0.0  # CPU seconds of the last vector step, the planted work left out
         self.spent = 0.0
         self.count = 0
         self.last = 0.0
 
     def spin(self) -> None:
         # Sized and spent in this thread's CPU time, not wall time: on a loaded machine wall time
-        # includes waiting for a CPU; this is work, as a regression in the code would be.
+        # includes waiting for a CPU; this is work, as a regression in the code would be. Each step
+        # gets its own time × fraction (push: the last step's), so every step, its p25 and its mean
+        # take (1 + fraction) × as long. The first two steps' time is the run's set-up: nothing then.
         if self.count < 3 or self.count % self.every:
             return
         start = time.thread_time()
-        # sized on the mean step: it gets (1 + fraction) x its time, as the gate reads "slower"
         end = start + self.every * self.fraction * self.own
         while time.thread_time() < end:
             pass
         self.spent += time.thread_time() - start
 
     def on_step(self) -> None:
+        now = time.thread_time()
+        self.own = now - self.last - self.spent
         self.count += 1
         if self.where == "step":
+            self.spent = 0.0
             self.spin()
-        now = time.thread_time()
-        step = now - self.last - self.spent
-        # the run's set-up and first steps (loading kernels) are not a step's work: the average starts
-        # at the third, and moves over ~50 steps after that
-        self.own = step if self.count <= 3 else self.own + (step - self.own) / min(self.count - 2, 50)
-        self.last, self.spent = now, 0.0
+        self.last, self.spent = time.thread_time(), 0.0
 
     @contextlib.contextmanager
     def in_push(self, cfg: Any) -> Iterator[None]:
@@ -98,8 +101,9 @@ class Plant:
             setattr(ReplayBuffer, name, original)
 
     def __call__(self, label: str, cfg: Any, **kwargs: Any) -> Any:
-        if label != "candidate":
-            return train_run(cfg, **kwargs)
+        # Both sides run the same instruments (their clock reads cost as much as a small plant on a VM);
+        # only the candidate's do the planted work.
+        self.fraction = self.planted if label == "candidate" else 0.0
         self.count, self.spent, self.own, self.last = 0, 0.0, 0.0, time.thread_time()
         with self.in_push(cfg) if self.where == "push" else contextlib.nullcontext():
             return train_run(cfg, hooks=RunHooks(on_step=self.on_step), **kwargs)
@@ -108,7 +112,7 @@ class Plant:
 def parse_kind(kind: str) -> tuple[str, float, int]:
     """``identical`` -> ("identical", 0, 1); ``step:0.10/4`` -> ("step", 0.10, 4)."""
     if kind == "identical":
-        return kind, 0.0, 1
+        return "step", 0.0, 1
     where, _, size = kind.partition(":")
     fraction, _, every = size.partition("/")
     if where not in ("step", "push"):
@@ -164,6 +168,7 @@ def one_verdict(cfg: Any, repeats: int, most: int, threshold: float, metric: str
 
 def summary(kind: str, vs: list[dict[str, Any]]) -> dict[str, Any]:
     where, fraction, _every = parse_kind(kind)
+    where = "identical" if kind == "identical" else where
     counts = {o: sum(v["verdict"] == o for v in vs) for o in gate.EXIT_CODES}
     lo, hi = clopper_pearson(counts["fail"], len(vs))
     out: dict[str, Any] = {
@@ -206,7 +211,7 @@ def main() -> None:
     cfg = config_from(args.config, [f"run.threads={args.threads}", "train.checkpoint=false"], steps=args.steps)
     threshold = args.threshold / 100
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    runners = {k: (None if k == "identical" else Plant(*parse_kind(k))) for k in kinds}
+    runners = {k: Plant(*parse_kind(k)) for k in kinds}
     verdicts: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="rlperf-gate-") as tmp:
         for trial in range(args.trials):
