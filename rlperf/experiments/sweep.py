@@ -9,11 +9,14 @@ per trial, ``sweep.json`` (every trial, read back from its record, and the per-p
   another's.
 - ``ray``: trials as Ray Tune trials (a function trainable calling :func:`rlperf.run.lifecycle.train_run`)
   on an existing cluster (``address``) or a local one; Ray is imported only here. A request the
-  cluster cannot meet is refused before anything starts.
+  cluster cannot meet, or a cluster that wants an authentication token this process does not send,
+  is refused before anything starts. The trainable takes plain data (each trial's config as TOML)
+  and reports its record or its error; the display hears of each trial on the driver, from that.
 
 Every grid point is validated before the first trial (a bad value, a knob that cannot apply,
 a run that does not fit: one line, nothing written); a trial that raises is recorded as
-``failed`` with its error and the sweep goes on. SIGINT or SIGTERM stops the sweep at the next
+``failed`` with its error and the sweep goes on; a sweep that fails as a whole (its Tune run)
+leaves no sweep directory. SIGINT or SIGTERM stops the sweep at the next
 boundary: the running trial (or, on Ray, every running trial, told through a stop file in the
 sweep directory) stops at a step boundary and writes its record as ``interrupted``, trials not
 started are ``not run``, and sweep.json/csv/png are written for what finished. A full disk
@@ -31,9 +34,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import statistics
 import tomllib
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,7 +419,8 @@ def run_sweep(
             stop.raise_if_set("the sweep started")
             sweep_dir = make_run_dir(out, name, prefix="sweep").resolve()
             result = SweepResult(sweep_dir, list(axes), repeats, backend, trials, base, objective=ranking)
-            disk, stopped = _run_trials(ray_session, trials, sweep_dir, command, notify, stop)
+            with _removed_on_failure(sweep_dir):
+                disk, stopped = _run_trials(ray_session, trials, sweep_dir, command, notify, stop)
             result.interrupted = stop() or stopped
             result.signum = stop.signum
             write_outputs(result, plot)
@@ -425,6 +431,18 @@ def run_sweep(
         finally:
             if ray_session is not None:
                 ray_session.close()
+
+
+@contextlib.contextmanager
+def _removed_on_failure(sweep_dir: Path) -> Iterator[None]:
+    """A sweep whose trials could not be run or gathered (its Tune run failed, say) leaves nothing
+    behind: run directories without sweep.json are no result. (A full disk does not raise here: the
+    trials stop, and sweep.json is written for those before it.)"""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
 
 
 def _run_trials(ray_session: _RaySession | None, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None,
@@ -497,8 +515,12 @@ def _take_record(t: Trial, run_dir: str | Path, reported: dict[str, Any] | None 
     t.error = t.record.get("error")
 
 
-def _one_line(exc: BaseException) -> str:
-    """An exception as one line; a Ray task error is unwrapped to the exception the trial raised."""
+def _one_line(error: BaseException | str) -> str:
+    """An exception (or a traceback's text) as one line; a Ray task error is unwrapped to the exception
+    the trial raised."""
+    if isinstance(error, str):
+        return [line.strip() for line in error.splitlines() if line.strip()][-1]
+    exc = error
     seen = {id(exc)}
     while isinstance(getattr(exc, "cause", None), BaseException) and id(exc.cause) not in seen:  # type: ignore[attr-defined]
         exc = exc.cause  # type: ignore[attr-defined]
@@ -562,6 +584,8 @@ class _RaySession:
         self.cpus, self.gpus = cpus, gpus
         self.started = False
         if not self.ray.is_initialized():
+            if address and "://" not in address and address not in ("auto", "local"):
+                _refuse_without_token(address)
             # Keep the driver's terminal for rlperf: workers' output stays in Ray's logs.
             kwargs: dict[str, Any] = dict(
                 include_dashboard=False, log_to_driver=False, logging_level="ERROR", configure_logging=True
@@ -598,8 +622,8 @@ class _RaySession:
 
     def run(self, trials: Sequence[Trial], sweep_dir: Path, command: list[str] | None, notify: TrialCallback,
             stop: StopSignal) -> None:
-        from ray import tune
-
+        """Every trial as a Tune trial; each one's outcome reaches ``trials`` (and ``notify``) as it ends.
+        A Tune run that fails as a whole raises RlperfError."""
         pending = {t.index: t for t in trials}  # every grid point was validated by plan()
         stop_file = sweep_dir / STOP_FILE
 
@@ -607,26 +631,7 @@ class _RaySession:
             with contextlib.suppress(OSError):
                 stop_file.write_text(str(signum))
 
-        specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
-        trainable = tune.with_parameters(
-            ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd(),
-            stop_file=str(stop_file),
-        )
-        trainable = tune.with_resources(trainable, {"cpu": self.cpus, "gpu": self.gpus})
-        progress = _progress_callback(pending, notify)
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"trial": tune.grid_search(sorted(pending))},
-            tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: f"trial{trial.config['trial']:03d}"),
-            run_config=tune.RunConfig(
-                name="ray",
-                storage_path=str(sweep_dir),
-                verbose=0,
-                stop=_stopper(stop, progress),
-                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                callbacks=[progress],
-            ),
-        )
+        tuner = self._tuner(pending, sweep_dir, command, stop_file, _TuneEvents(pending, notify, stop))
         # Tune prints its own tables and each failed trial's traceback on stdout (even at verbose=0)
         # and logs them: keep rlperf's stdout clean (--json) and its output to the file. Tune's own
         # SIGINT handler (stop, then kill on a second Ctrl-C) is off: the stop file stops trials in order.
@@ -636,7 +641,10 @@ class _RaySession:
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         try:
             with _quiet_logs("ray"), contextlib.redirect_stdout(captured):
-                grid = tuner.fit()
+                tuner.fit()
+        except Exception as exc:  # the cluster went away, Tune itself failed: no trial outcome can be trusted
+            raise RlperfError(f"the Ray Tune run failed: {_one_line(exc)}",
+                              hint="RLPERF_DEBUG=1 shows Ray's traceback") from exc
         finally:
             undo()
             if saved_env is None:
@@ -647,7 +655,32 @@ class _RaySession:
                 stop_file.unlink()
             (sweep_dir / "ray").mkdir(exist_ok=True)
             write_text_atomic(sweep_dir / "ray" / "tune_output.txt", captured.getvalue())
-        _take_results(grid, pending)
+
+    def _tuner(self, pending: Mapping[int, Trial], sweep_dir: Path, command: list[str] | None, stop_file: Path,
+               events: _TuneEvents) -> Any:
+        """The Tune run: each trial's config goes as TOML text (plain data) to :func:`ray_trial`."""
+        from ray import tune
+
+        specs = {i: (to_toml(t.config), t.name) for i, t in pending.items()}  # type: ignore[arg-type]
+        trainable = tune.with_parameters(
+            ray_trial, specs=specs, sweep_dir=str(sweep_dir), command=command or [], cwd=os.getcwd(),
+            stop_file=str(stop_file),
+        )
+        trainable = tune.with_resources(trainable, {"cpu": self.cpus, "gpu": self.gpus})
+        callback, stopper = _tune_hooks(events)
+        return tune.Tuner(
+            trainable,
+            param_space={"trial": tune.grid_search(sorted(pending))},
+            tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: f"trial{trial.config['trial']:03d}"),
+            run_config=tune.RunConfig(
+                name="ray",
+                storage_path=str(sweep_dir),
+                verbose=0,
+                stop=stopper,
+                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                callbacks=[callback],
+            ),
+        )
 
     def close(self) -> None:
         if self.started:
@@ -665,65 +698,140 @@ def _quiet_logs(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _take_results(grid: Any, pending: Mapping[int, Trial]) -> None:
-    """Each Tune result into its trial: its record, "failed" with the error, or "not run"."""
-    for i in range(len(grid)):
-        r = grid[i]
-        trial = pending.get(int((r.config or {}).get("trial", -1)))
-        if trial is None:
-            continue
-        metrics = r.metrics or {}
-        if metrics.get("status") == "not run":
-            trial.status = "not run"
-        elif r.error is not None and "run_dir" not in metrics:
-            trial.status, trial.error = "failed", _one_line(r.error)
-        elif "run_dir" in metrics:
-            _take_record(trial, metrics["run_dir"], json.loads(metrics.get("record_json", "null")) or None)
+TOKEN_HINT = ("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the cluster's token, or RAY_AUTH_TOKEN_PATH to a "
+              "file holding it, default ~/.ray/auth_token; `ray get-auth-token` on the head node prints it")
 
-def _progress_callback(pending: dict[int, Trial], notify: TrialCallback) -> Any:
+
+def _refuse_without_token(address: str) -> None:
+    """Refuse at once a cluster that will not take this process's token (or its lack of one).
+
+    Ray 2.60 turns token authentication on for ``ray start`` when a token exists, and ``ray.init``
+    with an explicit address sends one only with RAY_AUTH_MODE=token: refused, it retries for ~20 s
+    (a line per try) and ends with a generic ConnectionError. One call to the cluster's GCS, with
+    the credentials ``ray.init`` would send, tells that case apart; any other outcome is left to
+    ``ray.init``."""
+    try:
+        import grpc
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # a Ray without token authentication: nothing to tell apart
+        return
+    channel = init_grpc_channel(address)
+    try:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=10)  # type: ignore[attr-defined]
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            sent = is_token_auth_enabled() and AuthenticationTokenLoader.instance().has_token()
+            what = "refused the authentication token this process sent" if sent else "requires an authentication token"
+            raise RlperfError(f"the Ray cluster at {address} {what}", hint=TOKEN_HINT) from None
+    finally:
+        channel.close()
+
+
+class _TuneEvents:
+    """The driver's side of a Tune run: which trials run, each one's outcome taken from the result it
+    reported, the display told of starts and ends, and whether the sweep was told to stop."""
+
+    def __init__(self, pending: Mapping[int, Trial] | None = None, notify: TrialCallback | None = None,
+                 stop: StopSignal | None = None) -> None:
+        self.pending: Mapping[int, Trial] = pending or {}
+        self.notify = notify
+        self.stop = stop
+        self.running: set[int] = set()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Tune pickles its run configuration (this, inside the callback and the stopper) into the
+        # experiment's tuner.pkl, for a restore rlperf never does. The display and the stop signal hold
+        # locks and a terminal, so the pickled copy is an empty one: it stands for nothing.
+        return (_TuneEvents, ())
+
+    def _trial(self, tune_trial: Any) -> Trial | None:
+        return self.pending.get((tune_trial.config or {}).get("trial", -1))
+
+    def started(self, tune_trial: Any) -> None:
+        t = self._trial(tune_trial)
+        if t is not None:
+            self.running.add(t.index)
+            if self.notify is not None:
+                self.notify("start", t)
+
+    def reported(self, tune_trial: Any, result: Mapping[str, Any]) -> None:
+        """A trial's result: "not run", or its run directory and record (read back, or as reported)."""
+        t = self._trial(tune_trial)
+        if t is None:
+            return
+        if result.get("status") in ("not run", "failed"):
+            t.status, t.error = result["status"], result.get("error")
+        elif "run_dir" in result:
+            try:
+                _take_record(t, result["run_dir"], json.loads(result.get("record_json", "null")) or None)
+            except RlperfError as exc:  # a record neither on disk here nor valid as reported
+                t.status, t.error = "failed", _one_line(exc)
+
+    def failed(self, tune_trial: Any) -> None:
+        """A trial that Tune saw fail (its worker died, say; a run's own error comes as its result):
+        "failed", with the last line of the error Tune wrote for it."""
+        t = self._trial(tune_trial)
+        if t is not None and t.status == "pending":
+            text = ""
+            with contextlib.suppress(OSError, TypeError):  # TypeError: Tune wrote no error file
+                text = Path(tune_trial.error_file).read_text()
+            t.status, t.error = "failed", _one_line(text if text.strip() else "the Ray trial failed")
+
+    def ended(self, tune_trial: Any) -> None:
+        t = self._trial(tune_trial)
+        if t is not None:
+            self.running.discard(t.index)
+            if self.notify is not None:
+                self.notify("end", t)
+
+    def stop_all(self) -> bool:
+        """Told to stop, and every trial that started has ended (so each wrote its record)."""
+        return self.stop is not None and self.stop() and not self.running
+
+
+def _tune_hooks(events: _TuneEvents) -> tuple[Any, Any]:
+    """Tune's callback and stopper for ``events`` (Tune's base classes need Ray, imported only here)."""
     from ray import tune
 
-    class Progress(tune.Callback):
-        """Passes trial starts and ends on, and knows which trials are still running."""
-
-        def __init__(self) -> None:
-            self.running: set[int] = set()
+    class Events(tune.Callback):
+        def __init__(self, events: _TuneEvents) -> None:
+            self.events = events
 
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            t = pending.get(trial.config.get("trial"))
-            if t is not None:
-                self.running.add(t.index)
-                notify("start", t)
+            self.events.started(trial)
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            self.events.reported(trial, result)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            t = pending.get(trial.config.get("trial"))
-            if t is not None:
-                self.running.discard(t.index)
-                notify("end", t)
+            self.events.ended(trial)
 
-        on_trial_error = on_trial_complete
-
-    return Progress()
-
-
-def _stopper(stop: StopSignal, progress: Any) -> Any:
-    """Ends the Tune run once the sweep was told to stop and every trial that started has ended (so
-    each wrote its record): trials not started yet are never started."""
-    from ray import tune
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self.events.failed(trial)
+            self.events.ended(trial)
 
     class StopWhenSignalled(tune.Stopper):
+        """Trials not started when the sweep is told to stop are never started."""
+
+        def __init__(self, events: _TuneEvents) -> None:
+            self.events = events
+
         def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
             return False
 
         def stop_all(self) -> bool:
-            return stop() and not progress.running
+            return self.events.stop_all()
 
-    return StopWhenSignalled()
+    return Events(events), StopWhenSignalled(events)
 
 
 def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_dir: str, command: list[str], cwd: str,
               stop_file: str = "") -> None:
-    """The Ray Tune function trainable: one normal run, its record reported back to the driver.
+    """The Ray Tune function trainable: one normal run, its record (or its error) reported back to the driver.
 
     The run stops at a step boundary, as on a signal, once the driver writes ``stop_file``; a trial
     that starts after that reports ``not run`` without running.
@@ -750,6 +858,10 @@ def ray_trial(config: dict[str, Any], specs: dict[int, tuple[str, str]], sweep_d
         )
     except RunInterrupted:
         tune.report({"status": "not run"})
+        return
+    except Exception as exc:  # a failing trial is data: its error goes back as its result, in one line
+        traceback.print_exc()  # the whole of it stays in the worker's log on its node
+        tune.report({"status": "failed", "error": _one_line(exc)})
         return
     record = run.record
     tune.report(
