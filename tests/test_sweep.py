@@ -199,8 +199,10 @@ def test_missing_ray_gives_an_install_hint(
 def test_a_trial_does_not_leak_its_thread_count_into_the_next(tmp_path: Path) -> None:
     import torch
 
+    from rlperf.threads import AUTO_CPU
+
     before = torch.get_num_threads()
-    result = run_sweep(tiny_config(), [Axis("run.threads", ("1", "0"))], out=tmp_path)
+    result = run_sweep(tiny_config(), [Axis("run.threads", ("2", "0"))], out=tmp_path)
     first, second = (read_record(t.run_dir)["system"]["torch_threads"] for t in result.trials)
-    assert first == 1 and second == before  # 0 = the library default, not the previous trial's 1
+    assert first == 2 and second == AUTO_CPU  # 0 = rlperf's own choice on the CPU, not the previous trial's 2
     assert torch.get_num_threads() == before
