@@ -91,19 +91,27 @@ def test_the_readme_names_only_files_that_exist():
 
 
 @pytest.fixture(scope="module")
-def scratch():
-    with samples_module().scratch_folder() as folder:
-        yield folder
+def sample_runs(request: pytest.FixtureRequest):
+    """Every selected sample's (exit code, output), two commands at a time, longest first: each is one or a few
+    cold torch processes, one core busy; side by side they use both. A test waits for its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    module = samples_module()
+    wanted = {item.callspec.id for item in request.session.items if item.module is request.module
+              and item.originalname == "test_readme_sample_command_runs_and_prints_what_the_readme_shows"}
+    order = sorted((s for s in SAMPLES if s.name in wanted), key=lambda s: s.name not in SLOW)
+    with module.scratch_folder() as folder, ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {s.name: pool.submit(module.run, s, folder, 280) for s in order}
+        yield futures
 
 
 @pytest.mark.parametrize("sample", [pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.name in SLOW else [])
                                     for s in SAMPLES])
-def test_readme_sample_command_runs_and_prints_what_the_readme_shows(sample, scratch):
+def test_readme_sample_command_runs_and_prints_what_the_readme_shows(sample, sample_runs):
     module = samples_module()
-    code, output = module.run(sample, scratch, timeout=280)
+    code, output = sample_runs[sample.name].result()
     block = module.readme_blocks(README.read_text(encoding="utf-8")).get(sample.name)
     assert module.problems(sample, code, output, block) == []
-
 
 def test_a_sample_block_drops_progress_cuts_what_it_omits_and_shows_paths_from_the_repository():
     module = samples_module()
