@@ -112,6 +112,15 @@ def test_a_failed_tune_run_is_one_line_and_leaves_no_sweep_directory(
     assert list(tmp_path.iterdir()) == []  # not even Tune's ray/ folder is left
 
 
+def test_a_ray_client_address_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Through Ray Client, Tune runs on the cluster with a copy of the driver's hooks: no trial's outcome
+    # would come back. Nothing is contacted.
+    code, _, err = run_cli(["sweep", *TINY, "--train-ratio", "1,2", "--backend", "ray", "--address",
+                            "ray://127.0.0.1:10001", "--out", str(tmp_path / "runs")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "a sweep cannot run through Ray Client" in err and not (tmp_path / "runs").exists()
+
+
 def test_a_trial_whose_worker_died_is_failed_with_tunes_last_line(tmp_path: Path) -> None:
     # A run's own error comes back as its result; a trial Tune saw fail (its worker killed, say) is
     # known only from the error file Tune wrote for it.

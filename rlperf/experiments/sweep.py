@@ -580,6 +580,11 @@ class _RaySession:
     def __init__(self, address: str | None, cpus: float, gpus: float) -> None:
         if cpus <= 0 or gpus < 0:
             raise RlperfError(f"--trial-cpus must be > 0 and --trial-gpus ≥ 0 (got {cpus}, {gpus})")
+        if address and address.startswith("ray://"):
+            # Through Ray Client, Tune itself runs on the cluster: the trials' outcomes, the display and
+            # the stop file would all be out of this process's reach.
+            raise RlperfError(f"--address {address}: a sweep cannot run through Ray Client",
+                              hint="give the head node's address host:port, as `ray start --head` prints it")
         self.ray = _import_ray()
         self.cpus, self.gpus = cpus, gpus
         self.started = False
