@@ -146,14 +146,14 @@ def apply(policy: Policy, preload: tuple[str, ...] = ()) -> Applied:
     applied = Applied(policy, _mark())
     n = policy.threads
     if n is not None:
-        applied._undo.append(_controller().limit(limits=n))
         torch = _torch()
         if torch is not None:
             torch.set_num_threads(n)
             applied.interop_note = _set_interop(torch, n)
         numba = _numba()
-        if numba is not None:
+        if numba is not None:  # first: its threading layer may load an OpenMP runtime of its own
             numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+        applied._undo.append(_controller().limit(limits=n))
     if _scopes:
         _scopes[-1].applied.append(applied)
     return applied
