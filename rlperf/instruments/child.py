@@ -69,7 +69,7 @@ TORCH_WINDOW = (10, 1, 5)
 SNAPSHOT_S = 5.0
 """Least seconds between two snapshots of the script's timers in FILE (each costs a percentile pass
 over the samples; the gap grows to 50 times the last snapshot's CPU time)."""
-FIRST_SNAPSHOTS_S = 1.0
+FIRST_SNAPSHOTS_S = 0.5
 """The gap between snapshots for the first :data:`SNAPSHOT_S` seconds of the script: a short run killed
 early keeps its phases too, however long the child took to start it (seconds under load)."""
 
