@@ -137,3 +137,29 @@ def test_seconds_short_never_prints_zero_for_a_measured_time() -> None:
 
     assert seconds_short(0.0025) == "2.5 ms" and seconds_short(0.0) == "0.00 s"
     assert seconds_short(3.14159) == "3.14 s" and seconds_short(314.2) == "314 s"
+
+
+def test_off_a_terminal_a_wide_table_keeps_each_name_on_one_line(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped (CI logs, | less, > file): rich would fit the table to 80 columns and split long names."""
+    from rich.table import Table
+
+    from rlperf.report.tables import print_table, stdout_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    names = ["rlperf/fused_update.py:450(_update_fused)",
+             "x" * 30 + "/site-packages/torch/nn/modules/module.py:1750(_call_impl)"]
+    table = Table(title="cProfile")
+    for column in ("function", "ncalls", "tottime", "cumtime", "percall", "filename:lineno(function) again"):
+        table.add_column(column)
+    for name in names:
+        table.add_row(name, "1,000", "0.123", "4.567", "0.001", name)
+    print_table(table)
+    console = stdout_console()  # the console train and profile print their tables on
+    console.print(phase_table(PHASE_DATA, title="phases"))
+    console.print(table)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) > 80
+    for name in names:
+        assert sum(line.count(name) for line in out.splitlines()) == 4  # whole, in both tables, twice
+    assert _row(out, "train")[:2] == ["train", "4.500"]

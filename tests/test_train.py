@@ -242,3 +242,35 @@ def test_episodes_read_every_few_steps_keep_the_env_step_each_one_ended() -> Non
     assert ends is None
     p.add_episodes(*flushed)
     assert p.take_episodes().tolist() == [[12, 1.0, 1], [12, 1.0, 1]]  # ends None: the read's env step, 12
+
+
+@pytest.mark.parametrize("command", [["train"], ["profile"]])
+def test_quiet_prints_only_the_final_summary_line(command: list[str], tmp_path: Path) -> None:
+    """``-q`` from a pipe: one line on stdout (the run, its figures), nothing on stderr for a completed run."""
+    proc = subprocess.run([sys.executable, "-m", "rlperf", *command, "--config", "smoke", "--set", "run.device=cpu",
+                           "--set", "run.threads=1", "--out", str(tmp_path), "-q"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    (run_dir,) = tmp_path.iterdir()
+    assert line.startswith(f"run {run_dir.name}: completed -> {run_dir}") and "env steps/s" in line, line
+    assert _beyond_compile_notices(proc.stderr) == [], proc.stderr
+    if command == ["profile"]:
+        assert "finding" in line
+
+
+def test_quiet_sweep_prints_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rlperf", "sweep", "--config", "smoke", "--set", "run.device=cpu",
+                           "--set", "run.threads=1", "--steps", "400", "--train-ratio", "1,2", "--objective",
+                           "env_steps_per_s", "--out", str(tmp_path), "--no-plot", "-q"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("sweep: 2 trials -> ") and "; best: train.train_ratio=" in line
+    assert _beyond_compile_notices(proc.stderr) == [], proc.stderr
+
+
+def _beyond_compile_notices(stderr: str) -> list[str]:
+    """stderr's lines but numba's first-run compile notices (rlperf.env.fused.compile_notice), which a
+    cold cache prints once whatever the options."""
+    return [line for line in stderr.splitlines() if not line.startswith(("rlperf: compiled ", "rlperf: compiling "))]

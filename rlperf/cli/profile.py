@@ -120,12 +120,12 @@ def _show_profile(record: dict[str, Any], run: RunArgs) -> None:
     from rlperf.report.profile import notes, render_profile
 
     with rendering():
-        if run.json_:
-            emit(record, True, run.quiet)
+        if run.json_ or run.quiet:  # --quiet: the one line emit prints
+            emit(record, run.json_, run.quiet)
         else:
             render_profile(record, run.quiet)
-        for note in notes(record):
-            print(f"rlperf: {note}", file=sys.stderr)
+            for note in notes(record):
+                print(f"rlperf: {note}", file=sys.stderr)
         if run.plot:
             from rlperf.cli.figures import draw_run
 
@@ -254,6 +254,10 @@ def _profile_script(ctx: typer.Context, script: list[str], options: Any, py_spy:
         _verify_script(target, result.record, verify, run)
     if run.json_:
         sys.stdout.write(json.dumps(result.record, indent=2, default=str) + "\n")
+    elif run.quiet:
+        from rlperf.report.tables import quiet_line
+
+        sys.stdout.write(quiet_line(result.record) + "\n")
     else:
         from rlperf.report.profile import render_script_profile
 

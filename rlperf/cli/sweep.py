@@ -101,13 +101,20 @@ def _show_sweep(result: SweepResult, run: RunArgs) -> None:
         line += f", {failed} failed"
     if result.interrupted:
         line += ", interrupted"
+    drawn = ", sweep.png" if (result.sweep_dir / "sweep.png").is_file() else ""
+    line += f" -> {result.sweep_dir} (sweep.csv, sweep.json{drawn})"
     if run.json_:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    elif run.quiet:  # the one line, with the best point where an objective ranked them
+        best = next((e for e in data["summary"] if e.get("rank") == 1), None)
+        if best is not None:
+            line += "; best: " + ", ".join(f"{k}={v}" for k, v in best["params"].items())
+        sys.stdout.write(line + "\n")
+        return
     else:
         from rlperf.experiments.sweep import sweep_table
         from rlperf.report.tables import print_table
 
         print_table(sweep_table(data))
     if not run.quiet or failed or result.interrupted:
-        drawn = ", sweep.png" if (result.sweep_dir / "sweep.png").is_file() else ""
-        print(f"{line} -> {result.sweep_dir} (sweep.csv, sweep.json{drawn})", file=sys.stderr)
+        print(line, file=sys.stderr)

@@ -62,16 +62,22 @@ def train(
 
 
 def emit(record: dict[str, Any], as_json: bool, quiet: bool) -> None:
-    """Print a finished run: the record as JSON, or the phase table and summary."""
+    """Print a finished run: the record as JSON, the phase table and summary, or (``quiet``) one line."""
     if as_json:
         sys.stdout.write(json.dumps(record, indent=2, default=str) + "\n")
         return
-    from rich.console import Console
+    from rlperf.report.tables import episode_growth_line, phase_table, quiet_line, stdout_console, summary_table
 
-    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
-
-    console = Console()
     untrained = no_training_line(record)
+    if quiet:
+        sys.stdout.write(quiet_line(record) + "\n")
+        if untrained:
+            print(untrained, file=sys.stderr)
+        line = status_line(record, quiet)
+        if line:
+            print(line, file=sys.stderr)
+        return
+    console = stdout_console()
     if record["timing"].get("measured_steps"):
         console.print(phase_table(record["phases"], title="phases", timing_mode=record["timing"]["mode"]))
     console.print(summary_table(record))

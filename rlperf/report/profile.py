@@ -138,11 +138,9 @@ def window_line(section: Mapping[str, Any]) -> str | None:
 
 def render_profile(record: dict[str, Any], quiet: bool = False) -> None:
     """Print a profiled run: phases, summary, cProfile, torch ops, GC, overhead, artifacts, advisor."""
-    from rich.console import Console
+    from rlperf.report.tables import episode_growth_line, phase_table, stdout_console, summary_table
 
-    from rlperf.report.tables import episode_growth_line, phase_table, summary_table
-
-    console = Console()
+    console = stdout_console()
     p = record["profile"]
     o = p.get("overhead") or {}
     mode = record["timing"]["mode"]
@@ -214,11 +212,9 @@ PHASE_API_HINT = ("timer = rlperf.PhaseTimer(device); with timer.phase(\"step\")
 def render_script_profile(record: dict[str, Any], quiet: bool = False) -> None:
     """Print a profiled script: its phase table (or how to get one), cProfile with its own code marked,
     torch.profiler, GC, artifacts and the advisor's findings; then where the run directory is."""
-    from rich.console import Console
+    from rlperf.report.tables import phase_table, stdout_console
 
-    from rlperf.report.tables import phase_table
-
-    console = Console()
+    console = stdout_console()
     p = record["profile"]
     script = record["script"]
     if record.get("phases"):

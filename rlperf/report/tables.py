@@ -187,11 +187,49 @@ def safe_table(table: Table) -> Table:
 def print_table(table: Table) -> None:
     """Print to stdout, every string escaped (:func:`safe_table`); on a pipe or a file, at the
     table's natural width instead of truncating to 80."""
-    from rich.console import Console
-
     safe_table(table)
+    stdout_console().print(table)
+
+
+class _PipeConsole(Console):
+    """Stdout off a terminal (a pipe, a file, CI's log): rich would fit every table to 80 columns
+    and split names across lines (``_update_fuse`` / ``d)``); here each table gets its natural width."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for thing in objects:
+            if isinstance(thing, Table):
+                natural = self.measure(thing, options=self.options.update_width(10_000)).maximum
+                self.width = max(self.width, natural)
+        super().print(*objects, **kwargs)
+
+
+def stdout_console() -> Console:
+    """The console for a command's output on stdout: a terminal's width on a terminal; elsewhere
+    tables at their natural width (:class:`_PipeConsole`)."""
     console = Console()
-    if not console.is_terminal:
-        natural = console.measure(table, options=console.options.update_width(1000)).maximum
-        console.width = max(console.width, natural)
-    console.print(table)
+    return console if console.is_terminal else _PipeConsole()
+
+
+def quiet_line(record: Mapping[str, Any]) -> str:
+    """A finished run in one line, all that ``--quiet`` prints: status, where, work and rate, the
+    learning, and (a profile) the advisor's first finding."""
+    totals, throughput = record.get("totals") or {}, record.get("throughput") or {}
+    learning = record.get("learning") or {}
+    figures = [f"{units.count(totals.get('env_steps'))} env steps"]
+    if totals.get("episodes") is not None:
+        figures.append(f"{units.count(totals['episodes'])} episodes")
+    if totals.get("wall_s") is not None:
+        figures.append(f"in {units.duration(totals['wall_s'])}")
+    if throughput.get("env_steps_per_s"):
+        figures.append(f"{units.rate(throughput['env_steps_per_s'])} env steps/s")
+    if learning.get("mean_score_last_100") is not None:
+        figures.append(f"mean score {units.fixed(learning['mean_score_last_100'], 2)}")
+    line = f"run {record.get('name', '')}: {record.get('status', '?')} -> {record.get('run_dir', '')}"
+    if record.get("error"):
+        line += f" ({record['error']})"
+    line += f": {', '.join(figures)}"
+    advisor = (record.get("profile") or {}).get("advisor")
+    if isinstance(advisor, Mapping):
+        findings = advisor.get("findings") or []
+        line += f"; first finding: {findings[0].get('title')}" if findings else "; no finding"
+    return " ".join(line.split())
