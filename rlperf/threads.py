@@ -30,9 +30,10 @@ from typing import Any
 from rlperf.system import effective_cpus, open_schedstat, run_queue_s
 
 AUTO_CPU = 1
-"""The count ``run.threads=0`` takes on the CPU. rlperf's networks are small MLPs: on 2 CPUs a second
-thread saved nothing on a quiet machine for the default, fast and naive configs, and beside busy
-processes every pool of two threads stalled (BENCHMARKS.md, scripts/bench_busy.py)."""
+"""The count ``run.threads=0`` takes on the CPU. rlperf's networks are small MLPs whose products are
+too small to gain much from a second thread, while a pool of two stalls whenever another process
+holds a CPU: beside other work on 2 CPUs the default run's update took 0.59 ms (median) on one thread
+per pool and 327 ms on two (docs/bottlenecks.md §14; scripts/bench_busy.py measures it)."""
 
 WHY_AUTO_CPU = (f"auto: {AUTO_CPU} thread on the CPU: rlperf's small networks gain nothing from a second thread, "
                 "and a pool of several stalls whenever another process holds one of its CPUs (docs/bottlenecks.md §14)")
