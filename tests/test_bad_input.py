@@ -232,6 +232,8 @@ RESUME_CASES = [
     # a learning curve that lost rows before the checkpoint: the resumed curve would have a gap
     ("metrics-csv-cut-short", _metrics_cut_short, ("--steps", "128"), ("metrics.csv", "env step 64", "gap")),
     ("metrics-csv-missing", lambda d: (d / "metrics.csv").unlink(), ("--steps", "128"), ("metrics.csv", "no rows", "gap")),
+    ("metrics-csv-emptied", lambda d: (d / "metrics.csv").write_bytes(b""), ("--steps", "128"),
+     ("metrics.csv", "no rows", "gap")),
 ]
 
 

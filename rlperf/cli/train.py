@@ -36,6 +36,7 @@ def train(
             raise RlperfError("--config cannot be combined with --resume", hint=f"a resume uses {resume}/config.toml")
         if run.name is not None:
             raise RlperfError("--name cannot be combined with --resume", hint="a resume continues in RUN_DIR")
+        cfg = resume_config(resume, run.set_, **run.flags())
         # Refused, not ignored: a resume writes into RUN_DIR itself, and an --out that silently wrote
         # nothing there would leave the user looking for a run that went elsewhere.
         source = ctx.get_parameter_source("out")
@@ -43,7 +44,6 @@ def train(
             raise RlperfError("--out cannot be combined with --resume",
                               hint=f"a resume continues in {resume} itself; to continue a copy elsewhere, copy the "
                                    "directory there and resume the copy")
-        cfg = resume_config(resume, run.set_, **run.flags())
     else:
         cfg = run.build_config()
     if tensorboard:

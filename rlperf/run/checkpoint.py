@@ -187,7 +187,10 @@ def check_curve(run_dir: Path, state: dict[str, Any]) -> None:
     if not noted:
         return
     path = run_dir / METRICS_NAME
-    have = set(_curve_env_steps(path, state["progress"]["vector_steps"]))
+    rows = _curve_env_steps(path, state["progress"]["vector_steps"])
+    if rows is None:
+        return
+    have = set(rows)
     lost = [steps for steps in noted if steps not in have]
     if lost:
         last = f"ends at env step {max(have)}" if have else "has no rows"
@@ -198,8 +201,9 @@ def check_curve(run_dir: Path, state: dict[str, Any]) -> None:
             hint=f"restore {path.name} from a copy, or start a new run")
 
 
-def _curve_env_steps(path: Path, vector_steps: int) -> list[int]:
-    """The env steps of the whole rows of ``metrics.csv`` up to ``vector_steps`` (none if it is missing)."""
+def _curve_env_steps(path: Path, vector_steps: int) -> list[int] | None:
+    """The env steps of the whole rows of ``metrics.csv`` up to ``vector_steps`` (none if it is missing;
+    None if its columns do not say)."""
     try:
         text = path.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
@@ -208,9 +212,11 @@ def _curve_env_steps(path: Path, vector_steps: int) -> list[int]:
         raise RlperfError(f"cannot read {path}: {e.strerror or e}") from None
     lines = text.splitlines(keepends=True)
     rows = csv.reader(line for line in lines if line.endswith("\n"))
-    header = next(rows, [])
-    if "env_steps" not in header or "vector_steps" not in header:
+    header = next(rows, None)
+    if header is None:  # empty, or its header cut short: no row survived
         return []
+    if "env_steps" not in header or "vector_steps" not in header:
+        return None
     env_col, step_col = header.index("env_steps"), header.index("vector_steps")
     steps = []
     for row in rows:
