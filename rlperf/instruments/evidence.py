@@ -479,6 +479,8 @@ class CpuWait:
 
 CENSUS_S = 0.5
 """Seconds between two counts of the threads the script's processes kept busy (:class:`ThreadCensus`)."""
+GROUP_EVERY = 2
+"""Counts between two looks for the processes of the script's group (a worker is seen within a second)."""
 EXCESS_THREADS = 0.5
 """How far the threads kept busy must exceed the usable CPUs, on average over a census interval, for
 the interval to count as oversubscribed (a thread that wakes to wait on another adds a little)."""
@@ -491,7 +493,9 @@ class ThreadCensus:
     scheduler statistics; a thread's demand in the interval is the CPU it ran plus the time it waited,
     ready, for one. A sum above the usable CPUs (by :data:`EXCESS_THREADS`) is the script's own threads
     oversubscribing them (BLAS or OpenMP pools each at the CPU count, or workers each with full pools),
-    whatever else runs. rlperf's own threads are left out. About 0.1 ms a count."""
+    whatever else runs. rlperf's own threads are left out. A count reads the script's threads (tens of
+    µs each); the processes of the group are looked for every :data:`GROUP_EVERY` counts (a pass over
+    /proc: about 2 ms with a hundred processes on the machine)."""
 
     def __init__(self, cpus: float) -> None:
         self.cpus = cpus
@@ -500,6 +504,7 @@ class ThreadCensus:
         self.counts = self.over = self.max_processes = 0
         self.demand_s = self.over_s = self.max_demand = self.watched_s = 0.0
         self.most_threads: dict[int, int] = {}  # pid -> the most threads it had
+        self.group: list[int] = []  # the processes of the script's group, as last looked for
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -521,7 +526,9 @@ class ThreadCensus:
         now, seen = time.perf_counter(), {}
         me = os.getpid()
         ours = {t.native_id for t in threading.enumerate() if t.name.startswith("rlperf-")}
-        for pid in _process_group():
+        if self.counts % GROUP_EVERY == 0 or not self.group:
+            self.group = _process_group()
+        for pid in self.group:
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
