@@ -378,3 +378,20 @@ def test_sweep_png_has_a_header_and_plots_the_objective() -> None:
     assert len(own.axes) == 2 and "objective: final_score" in own.axes[1].get_title()
     assert len(plots.sweep_figure(summary, ["train.train_ratio"]).axes) == 2 and not plots.sweep_figure(
         summary, ["train.train_ratio"]).texts  # without the sweep's document: as before
+
+
+def test_quiet_compare_and_gate_print_one_line(late_run: Path, early_run: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()  # what the fixtures' runs printed
+    code, out, err = run_main(["compare", str(early_run), str(late_run), "--out", str(tmp_path), "--no-plot", "-q"],
+                              capsys)
+    assert code == 0 and err == "", err
+    (line,) = out.splitlines()
+    assert line.startswith("compare: early ") and "; late " in line and "env steps/s" in line and "×)" in line
+    sides = {name: [_repeat(run, tmp_path / "records" / f"{name}{k}", k) for k in range(4)]
+             for name, run in (("early", early_run), ("late", late_run))}
+    code, out, err = run_main(["compare", *map(str, sides["early"]), "--candidate", *map(str, sides["late"]),
+                               "--fail-if-slower", "5%", "--gate-metric", "throughput", "--no-plot", "-q"], capsys)
+    assert code in (0, 1, 3), err
+    (line,) = out.splitlines()
+    assert line.startswith("gate: ") and "4 baseline vs 4 candidate runs" in line

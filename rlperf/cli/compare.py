@@ -151,6 +151,10 @@ def _show_comparison(comparison: dict[str, Any], interrupted: bool, run: RunArgs
     """The comparison's JSON, or its table and warnings; a note when a signal cut the runs short."""
     if run.json_:
         sys.stdout.write(json.dumps(comparison, indent=2, default=str) + "\n")
+    elif run.quiet:
+        from rlperf.report.tables import compare_quiet_line
+
+        print(terminal_safe(compare_quiet_line(comparison)))
     else:
         from rlperf.experiments.compare import compare_table
         from rlperf.report.tables import print_table
@@ -270,6 +274,9 @@ def _show_gate(result: dict[str, Any], run: RunArgs) -> None:
 
     if run.json_:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    if run.quiet:  # the verdict alone
+        print(terminal_safe(gate.verdict_line(result)))
         return
     from rlperf.experiments.compare import compare_table
     from rlperf.report.tables import print_table

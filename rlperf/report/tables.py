@@ -233,3 +233,18 @@ def quiet_line(record: Mapping[str, Any]) -> str:
         findings = advisor.get("findings") or []
         line += f"; first finding: {findings[0].get('title')}" if findings else "; no finding"
     return " ".join(line.split())
+
+
+def compare_quiet_line(comparison: Mapping[str, Any]) -> str:
+    """A comparison in one line (``--quiet``): each run's env steps/s and its speed-up over the first."""
+    rate = next((r for r in comparison.get("rows") or [] if r.get("metric") == "env_steps_per_s"), None)
+    runs = comparison.get("runs") or []
+    parts = []
+    for i, run in enumerate(runs):
+        cell = (rate or {}).get("cells", [None] * len(runs))[i] if rate else None
+        text = f"{run.get('label')} {units.rate(cell['median'])} env steps/s" if cell else f"{run.get('label')} –"
+        ratio = rate["ratios"][i - 1] if rate and i else None
+        if ratio and ratio.get("value") is not None:
+            text += f" ({ratio['value']:.3g}×)"
+        parts.append(text)
+    return "compare: " + "; ".join(parts)
