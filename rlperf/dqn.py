@@ -385,12 +385,11 @@ class Progress:
                 assert clock is not None
                 self.time_to_score[target_key(target)] = {**clock(), "episodes": read_before + index + 1}
 
-    def take_episodes(self) -> np.ndarray:
-        """The (end env step, return, length) rows of the episodes read since the last take."""
-        rows = [np.stack(np.broadcast_arrays(ends, returns, lengths), axis=1).astype(np.float64)
-                for ends, returns, lengths in self.new_episodes]
-        self.new_episodes = []
-        return np.concatenate(rows) if rows else np.zeros((0, 3))
+    def take_episodes(self) -> list[tuple[np.ndarray | int, np.ndarray, np.ndarray]]:
+        """The episodes read since the last take, as read: (end env steps or one step for all,
+        returns, lengths) per read. Nothing is built here: a run without TensorBoard only drops them."""
+        taken, self.new_episodes = self.new_episodes, []
+        return taken
 
     @property
     def mean_score(self) -> float:

@@ -198,8 +198,8 @@ class MetricsLog:
 
             self.tb = TensorBoardLog(run_dir / "tb")
 
-    def write(self, row: Mapping[str, Any], episodes: Any = None) -> None:
-        """One row; ``episodes``: the (end env step, return, length) rows of the episodes read in its interval."""
+    def write(self, row: Mapping[str, Any], episodes: Sequence[Any] = ()) -> None:
+        """One row; ``episodes``: the episodes read in its interval (:meth:`rlperf.dqn.Progress.take_episodes`)."""
         self.csv.write(row)
         if self.tb is not None:
             self.tb.write(row, episodes)

@@ -5,15 +5,15 @@ the tags a Stable-Baselines3 or CleanRL user already looks for, so their dashboa
 read an rlperf run unchanged: ``rollout/ep_rew_mean`` and ``rollout/ep_len_mean`` (means over the
 last 100 episodes, as SB3), ``train/loss``, ``time/fps``, and CleanRL's ``charts/episodic_return``
 and ``charts/episodic_length`` with one point per finished episode at the env step it ended. The
-episodes reach here in one array per log interval (:meth:`rlperf.dqn.Progress.take_episodes`), so
-the hot loop never writes to TensorBoard.
+episodes reach here as the loop read them, once per log interval (:meth:`rlperf.dqn.Progress.take_episodes`),
+so the hot loop never writes to TensorBoard nor builds an array for it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,13 @@ FAMILIAR = {"rollout/ep_rew_mean": "mean_return_100", "rollout/exploration_rate"
 """SB3's tag -> the row's column."""
 
 
+def episode_rows(taken: Sequence[tuple[np.ndarray | int, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """:meth:`rlperf.dqn.Progress.take_episodes`'s reads as one array of (end env step, return, length) rows."""
+    rows = [np.stack(np.broadcast_arrays(ends, returns, lengths), axis=1).astype(np.float64)
+            for ends, returns, lengths in taken]
+    return np.concatenate(rows) if rows else np.zeros((0, 3))
+
+
 class TensorBoardLog:
     """A ``SummaryWriter`` fed one metrics row (and that interval's finished episodes) at a time."""
 
@@ -38,9 +45,10 @@ class TensorBoardLog:
         self.writer: Any = SummaryWriter(log_dir=str(log_dir))
         self.lengths: deque[float] = deque(maxlen=100)
 
-    def write(self, row: Mapping[str, Any], episodes: np.ndarray | None = None) -> None:
-        """``row``: a metrics.csv row; ``episodes``: rows of (end env step, return, length)."""
+    def write(self, row: Mapping[str, Any], taken: Sequence[Any] = ()) -> None:
+        """``row``: a metrics.csv row; ``taken``: the interval's episodes (:func:`episode_rows`)."""
         add, step = self.writer.add_scalar, row["env_steps"]
+        episodes = episode_rows(taken)
         for key in OWN:
             add(f"rlperf/{key}", row[key], step)
         for name in PHASES:
@@ -50,7 +58,7 @@ class TensorBoardLog:
         for tag, key in FAMILIAR.items():
             if row.get(key) is not None and math.isfinite(row[key]):  # as SB3: no point before the first episode
                 add(tag, row[key], step)
-        if episodes is not None and len(episodes):
+        if len(episodes):
             for end, ret, length in episodes.tolist():
                 add("charts/episodic_return", ret, int(end))
                 add("charts/episodic_length", length, int(end))
