@@ -975,7 +975,7 @@ def _pools_oversubscribed(ev: Evidence) -> Finding | None:
     if int(torch.get("intra_op") or 1) > 1:
         named.append(f"torch's intra-op threads ({torch['intra_op']})")
     processes = 1 + workers
-    # the pools take turns in a step, and each one's threads spin a while after its call: a CPU each
+    # the wide pools share the CPUs (working at once, or spinning after their calls while another works)
     each = max(1, math.floor(cpus / (processes * max(1, len(wide)))))
     where_workers = (f"; {workers} worker processes the script started, up to {census['most_threads_per_worker']} "
                      f"threads each" if workers else "")
