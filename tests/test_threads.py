@@ -95,3 +95,16 @@ def test_restored_undoes_what_apply_capped() -> None:
         threads.apply(threads.Policy(1, "test"))
         assert threads.current() is not None and torch.get_num_threads() == 1
     assert threads.current() is None and torch.get_num_threads() == torch_before
+
+
+def test_the_threads_benchmark_times_the_update_on_the_runs_threads_and_on_one() -> None:
+    from rlperf.instruments.microbench import BENCHES, run_benches
+
+    cfg = config_from("smoke", ["run.device=cpu", "run.threads=2"], steps=64)
+    record = {"system": {"device": "cpu", "torch_threads": 2}, "threads": {"count": 2}, "update": {"form": "fused"}}
+    torch_before = torch.get_num_threads()
+    out = run_benches(cfg, torch.device("cpu"), record, tuple(b for b in BENCHES if b.name == "threads"))
+    entry = out["threads"]
+    assert "error" not in entry and entry["slow_s"] > 0 and entry["fast_s"] > 0
+    assert (entry["slow"], entry["fast"]) == ("2 threads per pool", "1 thread per pool")
+    assert torch.get_num_threads() == torch_before and threads.current() is None
