@@ -5,7 +5,7 @@ raw TOML table → ``--set`` overrides → flag values → one validation. Every
 key, wrong type, out-of-range value, missing or malformed file) becomes a one-line `ConfigError`
 that names the key and says what is allowed; the field descriptions below double as its hints.
 
-Configs shipped with the package live in ``rlperf/configs/`` (``classic``, ``default``, ``fast``,
+Configs shipped with the package live in ``rlperf/configs/`` (``ci``, ``classic``, ``default``, ``fast``,
 ``naive``, ``smoke``); the repository's ``configs/`` holds byte-identical copies for ``--config configs/x.toml``.
 """
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     # name: (annotation, default); the name is also RunArgs' field.
     "config": (Annotated[str | None, typer.Option(
-        "--config", "-c", help="TOML config file, or a packaged name (classic, default, fast, naive, smoke).")], None),
+        "--config", "-c", help="TOML config file, or a packaged name (ci, classic, default, fast, naive, smoke).")], None),
     "set_": (Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="Override any key: --set buffer.push=loop (repeatable).")], None),
     **{f.name: (Annotated[f.type | None, typer.Option(f.option, help=f.help)], None) for f in RUN_FLAGS},
