@@ -260,8 +260,7 @@ def build_record(
         "env": env.record(),
         "update": {"form": update[0], "reason": update[1]},  # the Agent's decision (resolve_update), as it ran
         "timing": _timing_section(timing, window),
-        "totals": {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
-                   "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]},
+        "totals": _totals_section(p, wall_s, timing),
         "throughput": _throughput_section(cfg, p, window),
         "phases": dict(phases),
         "intervals": interval_rows(history.intervals),
@@ -275,6 +274,12 @@ def build_record(
     if error:
         record["error"] = error
     return record
+
+
+def _totals_section(p: Progress, wall_s: float, timing: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's ``totals``: the run's counters, its wall time and its warm-up."""
+    return {"episodes": p.episodes, "env_steps": p.env_steps, "vector_steps": p.vector_steps,
+            "updates": p.updates, "wall_s": wall_s, "warmup_s": timing["warmup_s"]}
 
 
 def _timing_section(timing: Mapping[str, Any], window: Window) -> dict[str, Any]:
