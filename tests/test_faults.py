@@ -954,14 +954,15 @@ def test_sigterm_stops_a_sweep_with_143_and_a_double_ctrl_c_keeps_every_output(
     code, _, err = run_main(["sweep", *TINY, "--train-ratio", "1,2,4", "--out", str(tmp_path / "term")], capsys)
     assert code == 143, err
     _signal_in_trial(monkeypatch, 2, [signal.SIGINT, signal.SIGINT])  # Ctrl-C pressed twice
-    code, _, err = run_main(["sweep", *TINY, "--train-ratio", "1,2,4", "--out", str(tmp_path / "twice")], capsys)
+    code, stdout, err = run_main(["sweep", *TINY, "--train-ratio", "1,2,4", "--out", str(tmp_path / "twice")], capsys)
     assert code == 130, err
     for out in ("term", "twice"):
         (sweep_dir,) = run_dirs(tmp_path / out)
         assert all((sweep_dir / f).is_file() for f in ("sweep.json", "sweep.csv", "sweep.png"))
         statuses = [t["status"] for t in json.loads((sweep_dir / "sweep.json").read_text())["trials"]]
         assert statuses == ["completed", "interrupted", "not run"]
-    assert "sweep: 3 trials, interrupted" in err  # the summary line survives the second Ctrl-C
+    # The summary line survives the second Ctrl-C (with --quiet it is the one line on stdout).
+    assert "sweep: 3 trials, interrupted" in stdout
 
 
 def test_sigterm_stops_a_comparison_with_143(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
