@@ -553,7 +553,11 @@ def _gate_panel(ax: Axes, gate: Mapping[str, Any], samples: tuple[Sequence[float
     ax.set_xlim(-0.6, 1.6)
     ax.set_ylabel(f"µs per env step ({gate.get('metric', '')})")
     ax.set_title(f"gate: {gate['verdict'].upper()} (p = {gate['p_value']:.2g})", fontsize="medium",
-                 color="#c44e52" if gate["verdict"] == "fail" else "#2e7d32")
+                 color=_VERDICT_COLORS.get(gate["verdict"], "#555555"))
+
+
+# An inconclusive gate is not a pass: it gets its own colour, not the pass's green.
+_VERDICT_COLORS = {"fail": "#c44e52", "pass": "#2e7d32", "inconclusive": "#dd8452"}
 
 
 def _bars_with_points(ax: Axes, x: Sequence[int], values: Sequence[Sequence[Any]], color: str) -> None:
