@@ -974,8 +974,10 @@ def test_a_share_that_waits_for_a_cpu_could_have_made_is_no_finding(tmp_path: Pa
     whatever call was running: a function of about a quarter of the script's work stalled once for as
     long as the rest took (a sleep stands for the scheduler's wait, and the record says the thread
     waited that long, once). With the wait measured, its share is not read as work; without, it is."""
-    stalled = FUNCTIONAL.replace("    for k in range({n}):", "    if not out[0]:\n        time.sleep({stall})\n"
-                                 "    for k in range({n}):").replace("import torch", "import time\nimport torch")
+    # the stall inside the loop, on its first pass: the loop's own time, as a wait the scheduler made would be
+    stalled = FUNCTIONAL.replace("    for k in range({n}):\n", "    for k in range({n}):\n        if not stalls:\n"
+                                 "            stalls.append(time.sleep({stall}))\n").replace(
+                                     "import torch", "import time\nimport torch\nstalls = []")
     quiet, total, _ = advise(tmp_path, FUNCTIONAL.format(name="preprocess_obs", n=500, stall=0))
     assert quiet == [], [(f.id, f.est_saving_s, total) for f in quiet]
     stall = 1.5 * total
