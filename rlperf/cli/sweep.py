@@ -107,14 +107,12 @@ def _show_sweep(result: SweepResult, run: RunArgs) -> None:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     elif run.quiet:  # the one line, with the best point where an objective ranked them
         best = next((e for e in data["summary"] if e.get("rank") == 1), None)
-        if best is not None:
-            line += "; best: " + ", ".join(f"{k}={v}" for k, v in best["params"].items())
-        sys.stdout.write(line + "\n")
-        return
+        best_line = "; best: " + ", ".join(f"{k}={v}" for k, v in best["params"].items()) if best is not None else ""
+        sys.stdout.write(line + best_line + "\n")
     else:
         from rlperf.experiments.sweep import sweep_table
         from rlperf.report.tables import print_table
 
         print_table(sweep_table(data))
-    if not run.quiet or failed or result.interrupted:
+    if not run.quiet or failed or result.interrupted:  # quiet, as train: a sweep that did not complete says so on stderr
         print(line, file=sys.stderr)
