@@ -207,15 +207,8 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
                   if more is not None else "it sits on the threshold: no number of runs decides it at this estimate")
         reason = (f"the candidate looks {_pct(abs(slowdown))} {word}, but its interval {interval} holds the "
                   f"{_pct(threshold)} threshold: the runs cannot tell; {decide}")
-    if upper < 0:
-        speedup = "faster"  # a speed-up is claimed on the same rule: faster with confidence
-        reason += "; faster with confidence"
-    elif lower > 0:
-        speedup = "not faster"
-    else:
-        speedup = "inconclusive"
-        if slowdown < 0:
-            reason += "; not shown faster (the interval holds no change)"
+    speedup, said = _speedup(lower, upper, slowdown)
+    reason += said
     return {
         "schema": 2,
         "kind": "gate",
@@ -238,6 +231,16 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         "reason": reason,
         "n": [len(baseline), len(candidate)],
     }
+
+
+def _speedup(lower: float, upper: float, slowdown: float) -> tuple[str, str]:
+    """A speed-up is claimed on the same rule as a slowdown, faster with confidence: the claim, and
+    what the reason adds."""
+    if upper < 0:
+        return "faster", "; faster with confidence"
+    if lower > 0:
+        return "not faster", ""
+    return "inconclusive", "; not shown faster (the interval holds no change)" if slowdown < 0 else ""
 
 
 def decide(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], threshold: float,
