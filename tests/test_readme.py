@@ -1,4 +1,4 @@
-"""The README's snippets for other libraries run as written (its "Using rlperf's Snake from ..." section)."""
+"""The README's samples and the Snake's snippets for other libraries (docs/snake.md) run as written."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SNAKE_DOC = Path(__file__).resolve().parents[1] / "docs" / "snake.md"
 SECTION = "## Using rlperf's Snake from SB3, CleanRL and TorchRL"
 
 
 def section_snippets() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+    text = SNAKE_DOC.read_text(encoding="utf-8")
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
@@ -31,7 +32,7 @@ def test_readme_snippet_runs(index, tmp_path, monkeypatch, capsys):
         pytest.importorskip("array_api_compat" if "ArrayConversion" in code and module == "gymnasium" else module)
     monkeypatch.chdir(tmp_path)  # whatever a snippet writes lands here
     namespace: dict = {}
-    exec(compile(code, f"README.md snippet {index}", "exec"), namespace)
+    exec(compile(code, f"docs/snake.md snippet {index}", "exec"), namespace)
     if index == 0:
         assert namespace["model"].num_timesteps >= 2_000
     elif index == 1:
