@@ -158,7 +158,9 @@ def test_cuda_results_are_fresh_and_equal_copy_false() -> None:
     for env in envs:
         env.reset(seed=4)
     gen = torch.Generator().manual_seed(0)
-    held = returned(envs[0].step(actions(gen)))
+    first = actions(gen).cuda()
+    held = returned(envs[0].step(first))
+    envs[1].step(first)
     snapshot = [t.clone() for t in held]
     for _ in range(30):
         a = actions(gen).cuda()

@@ -199,8 +199,9 @@ def test_auto_takes_fused_on_the_cpu_and_says_why_not_elsewhere():
     assert resolve_kernel("ops", CPU) == ("ops", "env.kernel=ops (the tensor-operator reference)")
     kernel, reason = resolve_kernel("auto", CPU, flood_fill="bfs")
     assert kernel == "ops" and "flood_fill=bfs" in reason
-    kernel, reason = resolve_kernel("auto", torch.device("cuda"))
-    assert kernel == "ops" and "CPU only" in reason
+    if not torch.cuda.is_available():  # on CUDA, auto takes the kernel's CUDA build (tests/test_fused_cuda.py)
+        kernel, reason = resolve_kernel("auto", torch.device("cuda"))
+        assert kernel == "ops" and "CUDA" in reason
     kernel, reason = resolve_kernel("auto", CPU, size=65)
     assert kernel == "ops" and "64" in reason
     env = VectorSnake(4, device="cpu")
@@ -208,7 +209,8 @@ def test_auto_takes_fused_on_the_cpu_and_says_why_not_elsewhere():
 
 
 @pytest.mark.parametrize(("device", "flood_fill", "match"), [
-    ("cuda", "off", "CPU only"), ("cpu", "bfs", "flood_fill=bfs"),
+    pytest.param("cuda", "off", "CUDA", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="runs on CUDA here")),
+    ("cpu", "bfs", "flood_fill=bfs"),
 ])
 def test_explicit_fused_that_cannot_run_is_one_config_error(device, flood_fill, match):
     with pytest.raises(ConfigError, match=match) as raised:

@@ -42,11 +42,10 @@ counting (``_nrt=False``, as numba compiles its own sort and string helpers); th
 are inlined into the per-chunk loop, the rare or large ones (reset, fruit, flood fill) are calls.
 A cold compile takes seconds to tens of seconds (BENCHMARKS.md); later processes load the cache.
 
-The kernel runs on the CPU only: ``step_boards`` gives each thread chunks of ``CHUNK`` boards and
-one scratch set per chunk. There is no CUDA build; on a GPU, ``env.kernel=auto`` runs the ``ops``
-kernel and an explicit ``fused`` is refused (:func:`rlperf.env.vector.resolve_kernel`). The board
-functions are scalar code (no allocation, no Python objects, only loops, integer arithmetic and
-indexing into whole arrays), which is what a device build would need.
+On the CPU, ``step_boards`` gives each thread chunks of ``CHUNK`` boards and one scratch set per
+chunk. The board functions (``BOARD_FUNCTIONS``) are scalar code (no allocation, no Python objects,
+only loops, integer arithmetic and indexing into whole arrays); :mod:`rlperf.env.fused_cuda`
+compiles the same source as CUDA device functions, one thread per board.
 """
 
 from __future__ import annotations
@@ -482,6 +481,11 @@ def step_board(i, action, reset_only, draws, injected, key, counter, out, occ, r
 
 
 step_board = _jit(step_board)
+
+
+# The per-board source both builds compile (callees before callers); the CPU driver is below.
+BOARD_FUNCTIONS = ("mix64", "uniform", "draw", "pick", "tail_cell", "place_fruit", "start_episode", "popcount",
+                   "smear", "fill_rows", "reached_by", "flood_features", "observe", "step_board")
 
 
 # ------------------------------------------------------------------------------------------------

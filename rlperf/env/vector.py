@@ -140,12 +140,20 @@ def resolve_kernel(kernel: str, device: torch.device, flood_fill: str = "off", s
         raise ConfigError(f"env.kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if kernel == "ops":
         return "ops", "env.kernel=ops (the tensor-operator reference)"
-    if device.type != "cpu":
-        why = f"the fused kernel runs on the CPU only for now, and the device is {device}"
-    elif size > fused.MAX_SIZE:
+    if size > fused.MAX_SIZE:
         why = f"the fused kernel takes boards up to {fused.MAX_SIZE} wide, and size is {size}"
     elif flood_fill == "bfs":
         why = "env.flood_fill=bfs is the per-board Python reference, which only the ops kernel calls"
+    elif device.type == "cuda":
+        from rlperf.env import fused_cuda
+
+        seconds, cuda_failure = fused_cuda.compile_kernel(device)
+        if cuda_failure is None:
+            source = "env.kernel=fused" if kernel == "fused" else "auto: numba's CUDA target is available"
+            return "fused", f"{source} (numba {fused.numba.__version__}, CUDA, compiled in {seconds:.2f} s)"
+        why = cuda_failure
+    elif device.type != "cpu":
+        why = f"the fused kernel runs on the CPU and CUDA, and the device is {device}"
     else:
         threads = torch.get_num_threads()
         failure: str | None
@@ -233,6 +241,7 @@ class VectorSnake(VectorEnv):
         self._seeded = False
         self._needs_reset = True
         self._bad_actions = torch.zeros((), dtype=torch.bool, device=self.device)  # the dense path's deferred check
+        self._cuda_launch: Any = None  # the fused kernel's CUDA build, bound to this env's tensors
         if self.kernel == "fused":
             self._bind_fused()
 
@@ -319,8 +328,18 @@ class VectorSnake(VectorEnv):
         self._counter = 0
 
     def _bind_fused(self) -> None:
-        """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory)."""
+        """Numpy views of the state for the fused kernel (zero-copy: they share the tensors' memory);
+        on CUDA, the bound launch of the CUDA build (numba views of the same tensors)."""
         n = self.num_envs
+        if self.device.type == "cuda":
+            from rlperf.env import fused_cuda
+
+            self._cuda_actions = torch.zeros(n, dtype=torch.int64, device=self.device)
+            self._cuda_launch = fused_cuda.Launcher(
+                self._occ, self._ring, self._state, self._floats, self._flags, self._obs_all, self._draws,
+                self._cuda_actions, self._bad_actions, self.size, self.initial_length, self.hunger,
+                self.obs_mode == "grid", self.flood_fill != "off")
+            return
         # The observations are passed apart: with copy=True a step's go straight into new tensors.
         self._fused_state = (self._occ.numpy(), self._ring.numpy(), self._state.numpy(), self._floats.numpy(),
                              self._flags.numpy())
@@ -379,7 +398,7 @@ class VectorSnake(VectorEnv):
     def _checked_draws(self, draws: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
         if tuple(draws.shape) != (DRAW_ROWS, self.num_envs):
             raise ValueError(f"draws must have shape ({DRAW_ROWS}, {self.num_envs}), got {tuple(draws.shape)}")
-        if self.kernel == "fused":
+        if self.kernel == "fused" and self.device.type == "cpu":
             array = draws.cpu().numpy() if isinstance(draws, torch.Tensor) else draws
             return np.ascontiguousarray(array, dtype=np.float64)
         return torch.as_tensor(draws, dtype=torch.float64, device=self.device)
@@ -394,7 +413,9 @@ class VectorSnake(VectorEnv):
     def _reset(self, draws: Any) -> tuple[torch.Tensor, dict]:
         out_index = self._out_index()
         self._obs_behind = False
-        if self.kernel == "fused":
+        if self.kernel == "fused" and self._cuda_launch is not None:
+            self._cuda_step(None, draws, True, OBS_SLOTS[out_index], None)
+        elif self.kernel == "fused":
             injected = draws is not None
             self._fused_step(self._no_actions(), draws if injected else self._no_draws, injected, True, OBS_SLOTS[out_index],
                              self._fused_obs)
@@ -418,7 +439,12 @@ class VectorSnake(VectorEnv):
             raise ResetNeededError("VectorSnake.step() was called before reset()", hint="call env.reset(seed=...) first")
         out_index = self._out_index()
         pair = None  # copy=True, fused kernel: the new observation and final_obs it writes into
-        if self.kernel == "fused":
+        if self.kernel == "fused" and self._cuda_launch is not None:
+            if self.copy:
+                pair = torch.empty(self._pair_shapes[0], device=self.device)
+            self._cuda_step(actions, draws, False, OBS_SLOTS[out_index], pair)
+            self._obs_behind = self.copy
+        elif self.kernel == "fused":
             injected = draws is not None
             obs = self._fused_obs
             if self.copy:
@@ -465,6 +491,16 @@ class VectorSnake(VectorEnv):
                                 *self._fused_state, obs, *self._fused_rest)
         if bad:
             raise self._invalid_action(actions[bad - 1], bad - 1)
+
+    def _cuda_step(self, actions: Any, draws: torch.Tensor | None, reset_all: bool, out_slot: int,
+                   pair: torch.Tensor | None) -> None:
+        """The CUDA build's step: actions and injected draws copied into the bound device buffers
+        (no host sync; an invalid action is clamped and raised at the next read, as on the dense path)."""
+        if actions is not None:
+            self._cuda_actions.copy_(self._actions_tensor(actions))
+        if draws is not None and draws is not self._draws:
+            self._draws.copy_(draws)
+        self._cuda_launch(draws is not None, self._key, self._counter, reset_all, out_slot, pair)
 
     def _no_actions(self) -> np.ndarray:
         return np.zeros(self.num_envs, dtype=np.int64)
@@ -835,4 +871,6 @@ class VectorSnake(VectorEnv):
 def _pick(u: torch.Tensor, m: torch.Tensor | int) -> torch.Tensor:
     """``floor(u * m)``, at most ``m - 1``: which of ``m`` candidates a draw picks (as ``fused.pick``)."""
     k = (u * m).long()
-    return torch.minimum(k, torch.as_tensor(m, device=u.device) - 1)
+    if isinstance(m, int):  # a Python bound: no tensor made from it (on CUDA that is a host-to-device copy)
+        return k.clamp_(max=m - 1)
+    return torch.minimum(k, m - 1)
