@@ -239,9 +239,10 @@ class TrainConfig(BaseModel):
     )
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step "
         "(docs/bottlenecks.md §12, rlperf explain 12)")
-    update: Literal["auto", "torch", "fused"] = Field(
+    update: Literal["auto", "torch", "fused", "graph"] = Field(
         "auto", description="the gradient update: torch = eager autograd, one dispatch per operator; fused = one "
-        "compiled call per update (numba, CPU, MLP); auto = fused where it can run, else torch "
+        "compiled call per update (numba, CPU, MLP); graph = the torch update replayed as one CUDA graph (CUDA); "
+        "auto = fused on the CPU, graph on CUDA, where they can run, else torch "
         "(docs/bottlenecks.md §20, rlperf explain 20)"
     )
     gc: Literal["on", "off", "freeze"] = Field(

@@ -35,6 +35,7 @@ from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
 from rlperf.fused_update import FusedUpdate, check_update, resolve_update
+from rlperf.graph_update import GraphStep, capturable_adam
 from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
@@ -143,8 +144,13 @@ class Agent:
         self.n_actions = n_actions
         self.q = QNetwork(obs_shape, n_actions, list(a.hidden)).to(device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.update_form: tuple[str, str] = resolve_update(cfg, device)
+        """The ``train.update`` form :meth:`update` runs, and why."""
         fused = device.type == "cuda"
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
+        if self.update_form[0] == "graph":
+            self.optimizer = capturable_adam(list(self.q.parameters()), a.lr)
+        else:
+            self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
         self.gamma = a.gamma
         self.batch_size = cfg.buffer.batch_size
         self.grad_accum = t.grad_accum
@@ -160,7 +166,7 @@ class Agent:
         # A module compiled with CUDA graphs (reduce-overhead, max-autotune) must not be first called
         # under inference_mode and then trained: the graph's static inputs would be inference tensors,
         # which autograd refuses to save. no_grad records no graph either and mixes with training.
-        graphs = t.compile in ("reduce-overhead", "max-autotune")
+        graphs = t.compile in ("reduce-overhead", "max-autotune") or self.update_form[0] == "graph"
         no_grad = torch.no_grad if graphs else torch.inference_mode
         self._inference: Callable[[], contextlib.AbstractContextManager[Any]] = (
             no_grad if a.inference == "no_grad" else contextlib.nullcontext
@@ -176,13 +182,18 @@ class Agent:
         self._tau = a.tau
         self._target_every = a.target_every
         self._update_target = self._soft_update if a.target_update == "soft" else self._hard_update
-        self.update_form: tuple[str, str] = resolve_update(cfg, device)
-        """The ``train.update`` form :meth:`update` runs, and why."""
         self._fused: FusedUpdate | None = None
         self._update: Callable[[BatchSource], torch.Tensor] = self._update_torch
         if self.update_form[0] == "fused":
             self._fused = FusedUpdate(self.q, self.target, self.optimizer, self.batch_size)
             self._update = self._update_fused
+        self._graph: GraphStep | None = None
+        self._select_graph: GraphStep | None = None
+        if self.update_form[0] == "graph":
+            self._graph = GraphStep(self._graph_body, prepare=lambda: self.optimizer.zero_grad(set_to_none=True))
+            if a.inference == "no_grad":  # agent.inference=grad records a graph per selection: kept eager
+                self._select_graph = GraphStep(lambda obs: self.forward(obs).argmax(1))
+            self._update = self._update_graph
         self._slots = torch.empty(self.batch_size, dtype=torch.int64)
         self._fused_loss = torch.zeros(())
         self._fused_loss_view = self._fused_loss.numpy()  # written without a dispatch
@@ -209,7 +220,11 @@ class Agent:
             random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
             return self._fused.act(obs, coins, epsilon, random)
         with self._inference():
-            greedy = self.forward(obs).argmax(1)
+            graph = self._select_graph
+            if graph is not None and (graph.graph is None or graph.shape == obs.shape):
+                greedy = graph(obs)
+            else:
+                greedy = self.forward(obs).argmax(1)
             explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
             random = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.device)
             return torch.where(explore, random, greedy)
@@ -236,6 +251,34 @@ class Agent:
         self.updates += 1
         self._fused_loss_view[()] = loss
         return self._fused_loss
+
+    def _update_graph(self, buffer: BatchSource) -> torch.Tensor:
+        """The fast form on CUDA: the batch copied into the graph's inputs, one replay
+        (:mod:`rlperf.graph_update`); the hard target copy, every ``target_every`` updates, stays eager."""
+        assert self._graph is not None
+        b = buffer.sample(self.batch_size)
+        loss = self._graph(b.obs, b.actions, b.rewards, b.next_obs, b.dones)
+        self.updates += 1
+        if self._hard:
+            self._hard_update()
+        return loss
+
+    def _graph_body(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
+                    dones: torch.Tensor) -> torch.Tensor:
+        """What the graph captures: :meth:`_update_torch` with one micro-batch and no autocast."""
+        q = self.forward(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_actions = self._chooser(next_obs).argmax(1, keepdim=True)
+            next_q = self.target_forward(next_obs).gather(1, next_actions).squeeze(1)
+            y = rewards + self.gamma * (1.0 - dones) * next_q
+        loss = self._loss(q, y)
+        loss.backward()
+        if self._clip > 0:
+            nn.utils.clip_grad_norm_(self._q_params, self._clip, foreach=True)
+        self.optimizer.step()
+        if not self._hard:
+            self._soft_update()
+        return loss.detach()
 
     def _update_torch(self, buffer: BatchSource) -> torch.Tensor:
         """The slow form and the reference: eager autograd, one dispatch per operator."""
@@ -297,6 +340,8 @@ class Agent:
         self.generator.set_state(state["generator"])
         if self._fused is not None:  # the optimizer's state tensors were replaced
             self._fused.refresh()
+        if self._graph is not None:  # likewise: the captured update read the old ones
+            self._graph.reset()
 
 
 class EpisodeLog:

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from rlperf.config import Config
 
-UPDATES = ("auto", "torch", "fused")
+UPDATES = ("auto", "torch", "fused", "graph")
 CLIP_EPS = 1e-6  # clip_grad_norm_'s guard against a zero norm
 
 
@@ -312,6 +312,14 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
         raise ConfigError(f"train.update must be one of {', '.join(UPDATES)}, got {form!r}")
     if form == "torch":
         return "torch", "train.update=torch (the eager autograd reference)"
+    if form == "graph" or (form == "auto" and device.type == "cuda"):
+        why = why_not_graph(cfg, device)
+        if why is None:
+            source = "train.update=graph" if form == "graph" else "auto: a CUDA device"
+            return "graph", f"{source} (the torch update captured once and replayed as one CUDA graph)"
+        if form == "graph":
+            raise ConfigError(f"train.update=graph cannot run: {why}", hint="use train.update=torch or auto")
+        return "torch", f"auto: {why}"
     why = why_not_fused(cfg, device)
     if why is None:
         seconds, failure = compile_update(len(cfg.agent.hidden) + 1)
@@ -325,11 +333,27 @@ def resolve_update(cfg: Config, device: torch.device) -> tuple[str, str]:
 
 
 def check_update(cfg: Config, device: torch.device) -> None:
-    """Refuse an explicit ``train.update=fused`` that cannot run, before anything starts. Without
-    compiling: the first compile loads SciPy's BLAS, whose thread count is fixed when it loads, so
-    that waits for the Agent, after ``run.threads`` applies."""
+    """Refuse an explicit ``train.update=fused`` or ``graph`` that cannot run, before anything
+    starts. Without compiling: the first compile loads SciPy's BLAS, whose thread count is fixed
+    when it loads, so that waits for the Agent, after ``run.threads`` applies."""
     if cfg.train.update == "fused" and (why := why_not_fused(cfg, device)) is not None:
         _refuse(why)
+    if cfg.train.update == "graph" and (why := why_not_graph(cfg, device)) is not None:
+        raise ConfigError(f"train.update=graph cannot run: {why}", hint="use train.update=torch or auto")
+
+
+def why_not_graph(cfg: Config, device: torch.device) -> str | None:
+    """Why the CUDA-graph update (:mod:`rlperf.graph_update`) cannot run this config, or None."""
+    t = cfg.train
+    if device.type != "cuda":
+        return f"the CUDA-graph update needs a CUDA device, and the device is {device}"
+    if t.amp != "off":
+        return f"train.amp={t.amp} scales the loss with a host-side check the graph does not capture"
+    if t.compile != "off":
+        return f"train.compile={t.compile} compiles the torch update its own way"
+    if t.grad_accum != 1:
+        return f"train.grad_accum={t.grad_accum} accumulates micro-batches, which the graph update does not"
+    return None
 
 
 def _refuse(why: str) -> NoReturn:
@@ -342,8 +366,8 @@ def why_not_fused(cfg: Config, device: torch.device) -> str | None:
     """Why the fused update cannot run this config, or None."""
     t = cfg.train
     if device.type != "cpu":
-        return (f"the fused update runs on the CPU, and the device is {device} (there the fast form is a "
-                "CUDA-graph update: train.compile=reduce-overhead)")
+        return (f"the fused update runs on the CPU, and the device is {device} (there the fast form is the "
+                "CUDA-graph update: train.update=graph)")
     if IMPORT_ERROR is not None:
         return f"numba does not import ({IMPORT_ERROR})"
     if t.amp != "off":

@@ -220,6 +220,8 @@ def test_gpu_rules_need_a_cuda_run() -> None:
     assert compiled.est_saving_s is None and found[-1] is compiled  # not measured: listed last
     gpu["timing"]["measured_updates"] = 800  # 12 ms per update: compute-bound, a bigger batch would not be free
     assert "buffer.batch_size=1024" not in knobs(advise(gpu, None, None))
+    gpu["update"] = {"form": "graph", "reason": "auto: a CUDA device"}  # AMP or compile would give the graph up
+    assert not knobs(advise(gpu, None, None)) & {"train.amp=bf16", "train.compile=reduce-overhead"}
 
 
 def test_thread_oversubscription(monkeypatch: pytest.MonkeyPatch) -> None:

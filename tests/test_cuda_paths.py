@@ -1,120 +1,80 @@
-"""What the CUDA code paths do, shown on the CPU: event flushing, CUDA-graph-safe action selection,
-out-of-memory handling, free memory that counts PyTorch's cache, and forkserver workers.
-
-The GPU itself is exercised by the tests marked ``cuda`` (they skip without one); these check the
-decisions those paths rest on, with CUDA faked where a decision asks whether it is there.
-"""
+"""Every knob's CUDA path through the real CLI: AMP, each compile mode and TorchScript, the host
+storages and the Gymnasium backends with a CUDA learner, the async learner, checkpoint and resume
+(and the refusal to resume across device types), a real CUDA out-of-memory, torch.profiler with CUDA
+activities. Each is a small `rlperf` run on the smoke config; all skip without a GPU."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from rlperf import device as device_mod
-from rlperf.config import config_from
-from rlperf.dqn import Agent
-from rlperf.run import lifecycle
-from rlperf.run.lifecycle import train_run
-from rlperf.timers import PhaseTimer
-
-SMOKE = ["run.threads=1", "run.device=cpu"]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
-def test_the_loop_flushes_the_timer_at_every_log_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In CUDA events mode the pending event pairs are resolved in the log phase of every log
-    boundary, also in --quiet/--json runs (no dashboard), not when the pending list overflows."""
-    flushed_at: list[int] = []
-
-    class CountingTimer(PhaseTimer):
-        def flush(self) -> None:
-            flushed_at.append(self.steps)
-            super().flush()
-
-    monkeypatch.setattr(lifecycle, "PhaseTimer", CountingTimer)
-    cfg = config_from("smoke", [*SMOKE, "train.log_every=5"], steps=16 * 23)
-    train_run(cfg, out=tmp_path, quiet=True, dashboard=False)
-    in_loop = [s for s in flushed_at if s < 23]
-    # steps counts finished vector steps; the log phase of vector step k runs while steps == k - 1.
-    assert {4, 9, 14, 19, 22} <= set(in_loop)  # every 5th step, and the last one (the stop)
+def rlperf(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlperf", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_cuda_graph_modes_select_without_inference_mode() -> None:
-    """A module compiled with CUDA graphs and first called under inference_mode cannot then be
-    trained; with reduce-overhead/max-autotune selection runs under no_grad instead."""
-    obs_shape = (11,)
-    plain = Agent(config_from("smoke", ["agent.inference=no_grad"]), obs_shape, torch.device("cpu"))
-    assert plain._inference is torch.inference_mode
-    for mode in ("reduce-overhead", "max-autotune"):
-        agent = Agent(config_from("smoke", ["agent.inference=no_grad", f"train.compile={mode}"]), obs_shape,
-                      torch.device("cpu"))
-        assert agent._inference is torch.no_grad
-    slow = Agent(config_from("smoke", ["agent.inference=grad", "train.compile=reduce-overhead"]), obs_shape,
-                 torch.device("cpu"))
-    with slow._inference():
-        assert torch.is_grad_enabled()  # the slow form stays the slow form
+def train(out: Path, *sets: str, extra: tuple[str, ...] = ()) -> dict:
+    args = ["train", "--config", "smoke", "--device", "cuda", "--out", str(out), *extra]
+    for s in sets:
+        args += ["--set", s]
+    proc = rlperf(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return json.loads(max(out.rglob("run.json"), key=lambda p: p.stat().st_mtime).read_text())
 
 
-def test_out_of_memory_in_the_first_reset_ends_with_a_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlperf.env.vector import VectorSnake
-
-    def reset(self: Any, **kwargs: Any) -> Any:
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
-
-    monkeypatch.setattr(VectorSnake, "reset", reset)
-    result = train_run(config_from("smoke", SMOKE), out=tmp_path, quiet=True, dashboard=False)
-    assert result.exit_code == 1 and result.record["status"] == "failed"
-    assert "out of memory" in result.record["error"] and "Tried to allocate 12.00 GiB" in result.record["error"]
-    assert (result.run_dir / "run.json").is_file()
-
-
-@pytest.mark.parametrize("message", [
-    "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY",
-    "[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory",
-])
-def test_library_allocation_failures_count_as_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             message: str) -> None:
-    def update(self: Any, buffer: Any) -> Any:
-        raise RuntimeError(message)
-
-    monkeypatch.setattr(Agent, "update", update)
-    cfg = config_from("smoke", SMOKE, steps=16 * 400)
-    result = train_run(cfg, out=tmp_path, quiet=True, dashboard=False)
-    assert result.record["status"] == "failed" and result.record["error"].startswith("out of memory")
-    assert not device_mod.is_out_of_memory(RuntimeError("a shape mismatch"))
+@pytest.mark.parametrize("sets", [
+    ("train.amp=fp16",), ("train.amp=bf16",), ("train.compile=default",), ("train.compile=reduce-overhead",),
+    ("train.compile=jit",), ("buffer.storage=numpy",), ("buffer.storage=list",), ("env.backend=gym-sync",),
+    ("env.backend=gym-async", "env.num_envs=4"), ("train.update=torch", "env.kernel=ops"),
+], ids=lambda sets: ",".join(sets))
+def test_a_knob_runs_to_completion_on_cuda(tmp_path: Path, sets: tuple[str, ...]) -> None:
+    record = train(tmp_path, *sets)
+    assert record["status"] == "completed" and record["system"]["device"].startswith("cuda")
+    assert record["totals"]["updates"] > 0
+    expected = "graph" if not any(s.startswith(("train.amp", "train.compile", "train.update")) for s in sets) else "torch"
+    assert record["update"]["form"] == expected, record["update"]
 
 
-def test_free_cuda_memory_counts_what_the_cache_holds_unused(monkeypatch: pytest.MonkeyPatch) -> None:
-    gib = 2**30
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * gib, 80 * gib))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 30 * gib)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 10 * gib)
-    # 2 GiB free on the device plus 20 GiB cached by PyTorch but not in use: the allocator hands
-    # the cached memory out first, so a 15 GiB buffer fits.
-    assert device_mod.available_memory(torch.device("cuda")) == 22 * gib
-    device_mod.check_fits("x", {"replay": (15 * gib, "buffer.capacity=1")}, torch.device("cuda"), {})
-    with pytest.raises(device_mod.MemoryRefused, match="replay"):
-        device_mod.check_fits("x", {"replay": (21 * gib, "buffer.capacity=1")}, torch.device("cuda"), {})
+def test_the_async_learner_trains_on_cuda(tmp_path: Path) -> None:
+    record = train(tmp_path, "run.mode=async", "async.actors=2", "async.envs_per_actor=8")
+    assert record["status"] == "completed" and record["totals"]["updates"] > 0
 
 
-def test_gym_async_workers_start_from_a_fork_server_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gymnasium
+def test_a_cuda_run_resumes_on_cuda_and_is_refused_on_the_cpu(tmp_path: Path) -> None:
+    first = train(tmp_path, "train.steps=1024")
+    run_dir = Path(first["run_dir"])
+    refused = rlperf("train", "--resume", str(run_dir), "--device", "cpu", "--steps", "2048")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "cuda" in refused.stderr and "--device cuda" in refused.stderr, refused.stderr
+    resumed = rlperf("train", "--resume", str(run_dir), "--steps", "2048")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed" and record["resumed"]
 
-    from rlperf.env import backends
 
-    contexts: list[Any] = []
+def test_a_real_cuda_out_of_memory_is_one_line(tmp_path: Path) -> None:
+    """The caching allocator capped at a sliver of the GPU (a genuine torch OutOfMemoryError), and a
+    run that passes the up-front estimate (which reads the device's free memory) but not the cap."""
+    code = ("import sys, torch; torch.cuda.set_per_process_memory_fraction(0.001); "
+            "from rlperf.__main__ import main; sys.argv = ['rlperf'] + sys.argv[1:]; main()")
+    proc = subprocess.run([sys.executable, "-c", code, "train", "--config", "smoke", "--device", "cuda", "--set",
+                           "env.num_envs=1048576", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (1, 2), (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and "memory" in proc.stderr.lower(), proc.stderr[-2000:]
 
-    class FakeAsync:
-        def __init__(self, fns: Any, autoreset_mode: Any, context: Any = None) -> None:
-            contexts.append(context)
-            self.single_observation_space = self.single_action_space = None
 
-    monkeypatch.setattr(gymnasium.vector, "AsyncVectorEnv", FakeAsync)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    backends.GymVectorBackend("gym-async", 2, torch.device("cpu"))
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    backends.GymVectorBackend("gym-async", 2, torch.device("cpu"))
-    assert contexts == [None, "forkserver"]
+def test_profile_torch_records_cuda_activities_on_cuda(tmp_path: Path) -> None:
+    proc = rlperf("profile", "--config", "smoke", "--device", "cuda", "--torch", "--out", str(tmp_path), timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traces = [p for p in tmp_path.rglob("*") if p.is_file() and "trace" in p.name]
+    assert traces, sorted(p.name for p in tmp_path.rglob("*"))
+    text = traces[0].read_text(errors="replace") if traces[0].suffix == ".json" else ""
+    assert not text or "cuda" in text.lower() or "kernel" in text.lower()

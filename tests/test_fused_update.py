@@ -218,7 +218,15 @@ def test_resolve_update_forms_and_reasons() -> None:
         with pytest.raises(ConfigError, match=r"train\.update=fused cannot run"):
             resolve_update(config_from(None, [override, "train.update=fused"]), CPU)
     form, reason = resolve_update(config_from(None, []), torch.device("cuda"))
-    assert form == "torch" and "CUDA-graph" in reason
+    assert form == "graph" and reason.startswith("auto: a CUDA device")
+    for override, words in (("train.amp=bf16", "train.amp=bf16"), ("train.grad_accum=2", "grad_accum"),
+                            ("train.compile=default", "train.compile=default")):
+        form, reason = resolve_update(config_from(None, [override]), torch.device("cuda"))
+        assert form == "torch" and words in reason
+        with pytest.raises(ConfigError, match=r"train\.update=graph cannot run"):
+            resolve_update(config_from(None, [override, "train.update=graph"]), torch.device("cuda"))
+    with pytest.raises(ConfigError, match=r"train\.update=graph cannot run: .*CUDA device"):
+        resolve_update(config_from(None, ["train.update=graph"]), CPU)
 
 
 def test_fused_that_cannot_run_is_one_line_and_exit_2(tmp_path: Path) -> None:

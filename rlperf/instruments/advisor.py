@@ -109,6 +109,12 @@ def _cuda(record: Mapping[str, Any]) -> bool:
     return str((record.get("system") or {}).get("device", "")).startswith("cuda")
 
 
+def _graph_update(record: Mapping[str, Any]) -> bool:
+    """The update ran as one CUDA graph (``train.update=graph``): a knob that needs the eager update
+    (AMP, torch.compile) would give that up, and its micro-benchmark times the eager form."""
+    return (record.get("update") or {}).get("form") == "graph"
+
+
 # -- measured savings ---------------------------------------------------------------------------
 
 
@@ -423,7 +429,7 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
 
 def amp_off(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None) -> Finding | None:
     """Full-precision updates on a GPU (docs/bottlenecks.md §10)."""
-    if not _cuda(record) or cfg.train.amp != "off":
+    if not _cuda(record) or cfg.train.amp != "off" or _graph_update(record):
         return None
     train = _phase(record, "train")
     if train["share"] < 0.3:
@@ -441,7 +447,7 @@ def compile_off(
     record: Mapping[str, Any], cfg: Config, calls: CallStats | None, gc: Mapping[str, Any] | None
 ) -> Finding | None:
     """The network not compiled, on a GPU (docs/bottlenecks.md §11)."""
-    if not _cuda(record) or cfg.train.compile != "off":
+    if not _cuda(record) or cfg.train.compile != "off" or _graph_update(record):
         return None
     select, train = _phase(record, "select"), _phase(record, "train")
     share = select["share"] + train["share"]

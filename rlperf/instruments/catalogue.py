@@ -132,7 +132,7 @@ _ALL = (
         "the eager update of a small network is ~120 operators (sample, forwards, loss, backward, clip, Adam, "
         "target), each paying a fixed dispatch cost: a floor per update that does not shrink with the batch",
         "run the whole update (sample, forwards, loss, backward, clip, Adam, target) as one compiled call; on a GPU, "
-        "capture it in a CUDA graph (torch.compile mode reduce-overhead)",
+        "capture it in a CUDA graph (train.update=graph)",
         "4–5× on a 2×64 update at batch 128 on a 2-core CPU (BENCHMARKS.md); less on wide networks, whose matrix "
         "products dominate", 20, "train.update=fused", "train.update=torch"),
     Bottleneck(
