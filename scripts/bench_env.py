@@ -209,7 +209,7 @@ def time_gym_baselines(args: argparse.Namespace, results: dict, kernels: list[st
 
 def time_kernels(args: argparse.Namespace, device: torch.device, sizes: list[int], kernels: list[str], results: dict) -> None:
     """VectorSnake with each kernel and flood fill at every N; fused / ops ratios and fused's best N."""
-    for flood in ("off", "tensor", "bfs"):
+    for flood in args.floods.split(","):
         for n in sizes:
             if flood == "bfs" and n > 4096:
                 continue  # the Python BFS reference: minutes per block beyond this
@@ -286,6 +286,7 @@ def main() -> None:
         action="store_true",
         help="also time copy=True against copy=False and the action checks (CPU; N = 256 and --max-n)",
     )
+    parser.add_argument("--floods", default="off,tensor,bfs", help="flood fill modes to time (bfs: the Python reference)")
     parser.add_argument("--overheads-only", action="store_true", help="only --overheads (no rates over N, no peers)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--json", action="store_true", help="print results as one JSON document")

@@ -21,7 +21,8 @@ ROOT="$(cd "$HERE/.." && pwd)"
 PART=${1:-}
 OUT_DIR=${2:-bench_gpu}
 
-PARTS=(env limits replay train_knobs timers_sync timers_events default_run tests_cuda)
+PARTS=(tests_cuda default_run default_run_cpu env update launches naive_fast timers_sync timers_events profile replay limits train_knobs)
+PART_TIMEOUT=${PART_TIMEOUT:-0}  # seconds per part (0: none); a part cut off exits 124 and keeps its file
 describe() {
     case $1 in
         env) echo "env steps/s over N (ops kernel; flood fill off and tensor): bench_env.py" ;;
@@ -30,6 +31,11 @@ describe() {
         train_knobs) echo "each slow form alone against the fast config on the GPU: bench_train.py --part knobs" ;;
         timers_sync | timers_events) echo "what the ${1#timers_} timing mode costs a loop: bench_timers.py" ;;
         default_run) echo "rlperf train on the default config: wall time, phase table, time to score" ;;
+        default_run_cpu) echo "the same run with --device cpu on the same machine: which device wins" ;;
+        update) echo "one update, eager torch against the CUDA-graph update: bench_update.py --device cuda" ;;
+        launches) echo "kernel launches per env step (ops, fused) and per update (torch, graph): bench_launches.py" ;;
+        naive_fast) echo "the naive and fast configs at equal train_ratio: bench_train.py --part naive-fast" ;;
+        profile) echo "rlperf profile of the default config on CUDA: the advisor's findings there" ;;
         tests_cuda) echo "the CUDA-marked tests (fails when any fails, or when none ran)" ;;
         *) return 1 ;;
     esac
@@ -42,6 +48,11 @@ fi
 if [[ "$PART" == list ]]; then
     for p in "${PARTS[@]}"; do printf '%-14s %s\n' "$p" "$(describe "$p")"; done
     exit 0
+fi
+if [[ "$PART" == *,* ]]; then  # several parts, in the order given
+    failed=0
+    for p in ${PART//,/ }; do bash "${BASH_SOURCE[0]}" "$p" "$OUT_DIR" || failed=1; done
+    exit $failed
 fi
 if [[ "$PART" != all ]] && ! describe "$PART" >/dev/null; then
     echo "bench_gpu.sh: unknown part '$PART' (bash scripts/bench_gpu.sh list)" >&2
@@ -61,7 +72,7 @@ if [[ -n "$QUICK" ]]; then
     timer_sizes=(--steps 2000 --work-steps 100 --repeats 5)
     run_size=(--config smoke --steps 2000)
 else
-    env_sizes=(--min-n 1024 --max-n 4194304)
+    env_sizes=(--min-n 1024 --max-n 4194304 --floods off,tensor --steps 50 --repeats 3)
     limit_sizes=(--n 256,65536,1048576,4194304)
     timer_sizes=()
     run_size=(--config default)
@@ -76,7 +87,12 @@ set_command() {  # CMD=(the command of part $1)
         timers_sync) CMD=("$PYTHON" "$HERE/bench_timers.py" --device "$DEVICE" --mode sync "${timer_sizes[@]}") ;;
         timers_events) CMD=("$PYTHON" "$HERE/bench_timers.py" --device "$DEVICE" --mode events "${timer_sizes[@]}") ;;
         default_run) CMD=("$PYTHON" -m rlperf train "${run_size[@]}" --device "$DEVICE" --out "$SCRATCH/runs" --json) ;;
-        tests_cuda) CMD=("$PYTHON" -m pytest -q -m cuda -p no:cacheprovider -rs) ;;
+        default_run_cpu) CMD=("$PYTHON" -m rlperf train "${run_size[@]}" --device cpu --out "$SCRATCH/runs" --json) ;;
+        update) CMD=("$PYTHON" "$HERE/bench_update.py" --device "$DEVICE" --part update --repeats 7 --json "${quick[@]}") ;;
+        launches) CMD=("$PYTHON" "$HERE/bench_launches.py" --json) ;;
+        naive_fast) CMD=("$PYTHON" "$HERE/bench_train.py" --device "$DEVICE" --part naive-fast --repeats 1 --json "${quick[@]}") ;;
+        profile) CMD=("$PYTHON" -m rlperf profile "${run_size[@]}" --device "$DEVICE" --out "$SCRATCH/runs") ;;
+        tests_cuda) CMD=("$PYTHON" -m pytest -q -m cuda -p no:cacheprovider -rs --timeout 240 ${PYTEST_ARGS:-}) ;;
     esac
 }
 
@@ -86,6 +102,7 @@ run_part() {  # run one part; write OUT_DIR/PART.json; return the part's exit co
     trap 'rm -rf "$SCRATCH"' EXIT
     echo "== $name: $(describe "$name")" >&2
     set_command "$name"
+    if [[ "$PART_TIMEOUT" != 0 ]]; then CMD=(timeout "$PART_TIMEOUT" "${CMD[@]}"); fi
     (cd "$ROOT" && "${CMD[@]}") >"$SCRATCH/out" 2>"$SCRATCH/err"
     rc=$?
     if [[ "$name" == tests_cuda && $rc -eq 0 ]] && ! grep -qE '[0-9]+ passed' "$SCRATCH/out"; then
