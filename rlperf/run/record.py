@@ -30,7 +30,7 @@ import torch
 from rlperf import threads
 from rlperf.config import Config, config_to_dict
 from rlperf.score import record_section
-from rlperf.system import cpu_model
+from rlperf.system import machine
 from rlperf.run.files import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RECORD_NAME, SCHEMA, MetricsCSV
 from rlperf.timers import PHASES
 
@@ -321,12 +321,8 @@ def _learning_section(p: Progress, episode_length: float | None) -> dict[str, An
 def system_info(device: torch.device | str) -> dict[str, Any]:
     """What a timing depends on: versions, device, CPU, threads, git revision, host."""
     device = torch.device(device)
-    cpu = cpu_model()
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        usable = os.cpu_count() or 1
+    cpu = machine()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu["cpu_model"]
     return {
         "rlperf": _rlperf_version(),
         "python": platform.python_version(),
@@ -335,9 +331,7 @@ def system_info(device: torch.device | str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "device": str(device),
         "device_name": device_name,
-        "cpu_model": cpu,
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
+        **cpu,
         "torch_threads": torch.get_num_threads(),
         "git_revision": git_revision(),
         "hostname": socket.gethostname(),
