@@ -344,15 +344,20 @@ def check_update(cfg: Config, device: torch.device) -> None:
 
 def why_not_graph(cfg: Config, device: torch.device) -> str | None:
     """Why the CUDA-graph update (:mod:`rlperf.graph_update`) cannot run this config, or None."""
-    t = cfg.train
     if device.type != "cuda":
         return f"the CUDA-graph update needs a CUDA device, and the device is {device}"
+    return _eager_knob(cfg, "graph")
+
+
+def _eager_knob(cfg: Config, form: str) -> str | None:
+    """The update knob only the eager torch update implements, that keeps ``form`` from running."""
+    t = cfg.train
     if t.amp != "off":
-        return f"train.amp={t.amp} scales the loss with a host-side check the graph does not capture"
+        return f"train.amp={t.amp} runs the update under autocast, which the {form} update (float32) does not"
     if t.compile != "off":
-        return f"train.compile={t.compile} compiles the torch update its own way"
+        return f"train.compile={t.compile} compiles the torch update"
     if t.grad_accum != 1:
-        return f"train.grad_accum={t.grad_accum} accumulates micro-batches, which the graph update does not"
+        return f"train.grad_accum={t.grad_accum} accumulates micro-batches, which the {form} update does not"
     return None
 
 
@@ -364,18 +369,13 @@ def _refuse(why: str) -> NoReturn:
 
 def why_not_fused(cfg: Config, device: torch.device) -> str | None:
     """Why the fused update cannot run this config, or None."""
-    t = cfg.train
     if device.type != "cpu":
         return (f"the fused update runs on the CPU, and the device is {device} (there the fast form is the "
                 "CUDA-graph update: train.update=graph)")
     if IMPORT_ERROR is not None:
         return f"numba does not import ({IMPORT_ERROR})"
-    if t.amp != "off":
-        return f"train.amp={t.amp} runs the update under autocast, which the fused update (float32) does not"
-    if t.compile != "off":
-        return f"train.compile={t.compile} compiles the torch update"
-    if t.grad_accum != 1:
-        return f"train.grad_accum={t.grad_accum} accumulates micro-batches, which the fused update does not"
+    if (why := _eager_knob(cfg, "fused")) is not None:
+        return why
     from rlperf.env.backends import env_spec
 
     obs_shape, _ = env_spec(cfg)

@@ -13,25 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlperf.buffer import Batch
 from rlperf.config import config_from
 from rlperf.dqn import Agent
+from test_fused_update import Fixed  # pytest puts tests/ on sys.path
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 OBS = 14
 CUDA = torch.device("cuda")
-
-
-class Fixed:
-    """A BatchSource handing over the transitions at preset slots of a stored set, on the device."""
-
-    def __init__(self, data: tuple[torch.Tensor, ...], slots: list[torch.Tensor]) -> None:
-        self.data, self.slots, self.calls = data, slots, 0
-
-    def sample(self, batch_size: int) -> Batch:
-        idx = self.slots[self.calls % len(self.slots)]
-        self.calls += 1
-        return Batch(*(f.index_select(0, idx) for f in self.data))
 
 
 def source(n: int = 4096, batch: int = 128, seed: int = 0) -> Fixed:
