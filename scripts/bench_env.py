@@ -35,7 +35,7 @@ from gymnasium.vector import AutoresetMode
 
 from benchutil import emit, figure, measure, save_figure, summarize
 from rlperf.device import resolve_device, synchronize
-from rlperf.run.record import cpu_model
+from rlperf.system import cpu_model
 from rlperf.env.single import SnakeEnv
 from rlperf.env import fused
 from rlperf.env.vector import VectorSnake, resolve_kernel

@@ -37,7 +37,7 @@ import torch
 from rlperf.config import Config, config_from
 from rlperf.instruments.profiling import Instruments
 from rlperf.instruments.profilers import find_pyspy, pyspy_command, pyspy_env
-from rlperf.run.record import cpu_model
+from rlperf.system import cpu_model
 from rlperf.run.lifecycle import train_run
 
 IN_PROCESS = ("timers off", "phase timers", "+ cProfile", "+ torch.profiler")

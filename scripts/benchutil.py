@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from rlperf.device import synchronize
-from rlperf.run.record import cpu_model
+from rlperf.system import cpu_model
 
 
 def package_version(name: str) -> str | None:
