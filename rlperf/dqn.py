@@ -35,6 +35,7 @@ from rlperf.config import Config
 from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
 from rlperf.fused_update import FusedUpdate, check_update, resolve_update
+from rlperf.lazy_dynamo import defer_dynamo
 from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
@@ -144,6 +145,7 @@ class Agent:
         self.q = QNetwork(obs_shape, n_actions, list(a.hidden)).to(device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         fused = device.type == "cuda"
+        defer_dynamo()  # building Adam would import torch._dynamo (over a second) for nothing
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=a.lr, fused=fused, foreach=None if fused else True)
         self.gamma = a.gamma
         self.batch_size = cfg.buffer.batch_size

@@ -45,6 +45,7 @@ import torch
 
 from rlperf.env.fused import compile_notice
 from rlperf.errors import ConfigError
+from rlperf.lazy_dynamo import defer_dynamo
 
 try:  # numba is a core dependency; resolve_update says why the torch form runs if this fails
     import numba
@@ -94,7 +95,7 @@ def forward(weights, biases, acts):
                 out[r, j] = x if not relu or x > 0.0 else np.float32(0.0)
 
 
-forward = _jit(forward)
+forward = _call(forward)
 
 
 def argmax_row(q, r):
@@ -373,6 +374,7 @@ def compile_update(layers: int) -> tuple[float, str | None]:
         # process (cached), so a draw here would make a resumed run's RNG differ from an uninterrupted one.
         with torch.random.fork_rng(devices=[]):
             net, target = _tiny_mlp(widths), _tiny_mlp(widths)
+        defer_dynamo()
         problem = FusedUpdate(net, target, torch.optim.Adam(net.parameters()), batch_size=2)
         storage = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 3),
                    torch.zeros(4))
