@@ -36,6 +36,7 @@ from rlperf.env.vector import N_ACTIONS
 from rlperf.errors import ConfigError
 from rlperf.fused_update import FusedUpdate, check_update, resolve_update
 from rlperf.graph_update import GraphStep, capturable_adam
+from rlperf.lazy_dynamo import defer_dynamo
 from rlperf.score import first_reached_each, target_key
 from rlperf.timers import PhaseTimer
 
@@ -147,6 +148,7 @@ class Agent:
         self.update_form: tuple[str, str] = resolve_update(cfg, device)
         """The ``train.update`` form :meth:`update` runs, and why."""
         fused = device.type == "cuda"
+        defer_dynamo()  # building Adam would import torch._dynamo (over a second) for nothing
         if self.update_form[0] == "graph":
             self.optimizer = capturable_adam(list(self.q.parameters()), a.lr)
         else:
@@ -182,6 +184,11 @@ class Agent:
         self._tau = a.tau
         self._target_every = a.target_every
         self._update_target = self._soft_update if a.target_update == "soft" else self._hard_update
+        self._double, self._huber, self._hard = a.double, a.huber, a.target_update == "hard"
+        self._bind_update(a.inference == "no_grad")
+
+    def _bind_update(self, no_grad: bool) -> None:
+        """Wire :meth:`update` (and, where it has one, selection) to the form ``update_form`` names."""
         self._fused: FusedUpdate | None = None
         self._update: Callable[[BatchSource], torch.Tensor] = self._update_torch
         if self.update_form[0] == "fused":
@@ -191,16 +198,15 @@ class Agent:
         self._select_graph: GraphStep | None = None
         if self.update_form[0] == "graph":
             self._graph = GraphStep(self._graph_body, prepare=lambda: self.optimizer.zero_grad(set_to_none=True))
-            if a.inference == "no_grad":  # agent.inference=grad records a graph per selection: kept eager
+            if no_grad:  # agent.inference=grad records a graph per selection: kept eager
                 self._select_graph = GraphStep(lambda obs: self.forward(obs).argmax(1))
             self._update = self._update_graph
         self._slots = torch.empty(self.batch_size, dtype=torch.int64)
         self._fused_loss = torch.zeros(())
         self._fused_loss_view = self._fused_loss.numpy()  # written without a dispatch
-        self._double, self._huber, self._hard = a.double, a.huber, a.target_update == "hard"
         # Selection goes through the fused forward too where the update is fused and selection
         # records no graph anyway (agent.inference=grad is a slow form of its own, §8).
-        self._fused_select = self._fused is not None and a.inference == "no_grad"
+        self._fused_select = self._fused is not None and no_grad
 
     def _compiled(self, mode: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
         if mode == "off":

@@ -45,6 +45,7 @@ import torch
 
 from rlperf.env.fused import compile_notice
 from rlperf.errors import ConfigError
+from rlperf.lazy_dynamo import defer_dynamo
 
 try:  # numba is a core dependency; resolve_update says why the torch form runs if this fails
     import numba
@@ -94,7 +95,7 @@ def forward(weights, biases, acts):
                 out[r, j] = x if not relu or x > 0.0 else np.float32(0.0)
 
 
-forward = _jit(forward)
+forward = _call(forward)
 
 
 def argmax_row(q, r):
@@ -386,8 +387,8 @@ def why_not_fused(cfg: Config, device: torch.device) -> str | None:
 
 @functools.cache
 def compile_update(layers: int) -> tuple[float, str | None]:
-    """Compile (or load from numba's cache) the update for ``layers`` linear layers by running it
-    once on a tiny problem; (seconds, None), or (seconds, why it failed)."""
+    """Compile (or load from numba's cache) the update and the fused selection for ``layers`` linear
+    layers by running them once on a tiny problem; (seconds, None), or (seconds, why it failed)."""
     t0 = time.perf_counter()
     if numba is None:
         return 0.0, f"numba does not import ({IMPORT_ERROR})"
@@ -397,12 +398,15 @@ def compile_update(layers: int) -> tuple[float, str | None]:
         # process (cached), so a draw here would make a resumed run's RNG differ from an uninterrupted one.
         with torch.random.fork_rng(devices=[]):
             net, target = _tiny_mlp(widths), _tiny_mlp(widths)
+        defer_dynamo()
         problem = FusedUpdate(net, target, torch.optim.Adam(net.parameters()), batch_size=2)
         storage = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 3),
                    torch.zeros(4))
         with compile_notice(f"the fused update ({layers} layers)"):
             problem.step(storage, torch.tensor([0, 1]), gamma=0.9, double=True, huber=True, clip=1.0, target_mode=1,
                          tau=0.5)
+            # Selection too, so that the first step compiles nothing (and the notice counts it).
+            problem.act(torch.zeros(2, 3), torch.zeros(2), 0.5, torch.zeros(2, dtype=torch.int64))
     except Exception as exc:  # pragma: no cover - depends on the install
         return time.perf_counter() - t0, f"numba could not compile the fused update ({type(exc).__name__}: {exc})"
     return time.perf_counter() - t0, None

@@ -242,6 +242,30 @@ def test_the_kernel_takes_torchs_thread_count():
     assert fused.numba.get_num_threads() == min(threads, fused.numba.config.NUMBA_NUM_THREADS)
 
 
+def test_the_threaded_driver_steps_as_the_serial_one():
+    """Many boards on two threads share chunks among them (a driver compiled only for such runs); a
+    run on one thread, or with few boards, steps on the calling thread. Both give the same boards."""
+    threads = torch.get_num_threads()
+    n = fused.SERIAL_MAX_FLOOD + 3 * fused.CHUNK + 5  # a partial last chunk
+    try:
+        torch.set_num_threads(1)
+        serial = VectorSnake(n, size=6, flood_fill="tensor", device="cpu", kernel="fused", copy=False)
+        torch.set_num_threads(2)
+        threaded = VectorSnake(n, size=6, flood_fill="tensor", device="cpu", kernel="fused", copy=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert serial._fused_driver is fused.step_boards
+    if fused.numba.config.NUMBA_NUM_THREADS > 1:
+        assert threaded._fused_driver is fused.step_boards_parallel
+    gen = torch.Generator().manual_seed(2)
+    out_a, out_b = serial.reset(seed=5), threaded.reset(seed=5)
+    for t in range(60):
+        actions = torch.randint(0, 3, (n,), generator=gen)
+        out_a, out_b = serial.step(actions), threaded.step(actions)
+        assert_same(serial, threaded, out_a, out_b, f"at step {t}")
+    assert not fused.parallel_pays(n, True, 1) and not fused.parallel_pays(fused.SERIAL_MAX_FLOOD, True, 2)
+
+
 def test_the_config_refuses_fused_where_it_cannot_apply():
     assert config_from("smoke", ["env.kernel=fused"]).env.kernel == "fused"
     with pytest.raises(ConfigError, match="flood_fill=bfs"):

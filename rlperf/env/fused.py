@@ -412,7 +412,9 @@ def observe(i, obs, slot, occ, ring, state, table, size, grid, flood, scratch, c
     obs[slot, i, 9] = fruit_row < head_row
     obs[slot, i, 10] = fruit_row > head_row
     if flood:
-        flood_features(i, obs, slot, occ, ring, state, table, size, scratch, chunk)
+        # np.int64: the final observation's slot is a literal, and a literal argument would compile a
+        # second copy of the fill.
+        flood_features(i, obs, np.int64(slot), occ, ring, state, table, size, scratch, chunk)
 
 
 observe = _jit(observe)
@@ -470,7 +472,7 @@ def step_board(i, action, reset_only, draws, injected, key, counter, out, occ, r
         if eat and not win:
             place_fruit(i, occ, state, cells, draw(draws, injected, key, counter, i, FRUIT_DRAW))
     if not reset_only:
-        observe(i, obs, FINAL_OBS, occ, ring, state, table, size, grid, flood, scratch, chunk)
+        observe(i, obs, np.int64(FINAL_OBS), occ, ring, state, table, size, grid, flood, scratch, chunk)
         if not done:
             for k in range(obs.shape[2]):
                 obs[out, i, k] = obs[FINAL_OBS, i, k]
@@ -480,7 +482,7 @@ def step_board(i, action, reset_only, draws, injected, key, counter, out, occ, r
     observe(i, obs, out, occ, ring, state, table, size, grid, flood, scratch, chunk)
 
 
-step_board = _jit(step_board)
+step_board = _call(step_board)
 
 
 # The per-board source both builds compile (callees before callers); the CPU driver is below.
@@ -538,7 +540,7 @@ run_chunk = njit(cache=True, nogil=True, _nrt=False)(run_chunk) if numba is not 
 
 def step_boards(actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags, obs, table,
                 scratch, size, initial_length, hunger, grid, flood):
-    """Step every board (or, with ``reset_all``, start a new episode on every board).
+    """Step every board (or, with ``reset_all``, start a new episode on every board), on the calling thread.
 
     Returns 0, or 1 + the index of the first invalid action (then nothing was changed).
     """
@@ -546,21 +548,37 @@ def step_boards(actions, draws, injected, key, counter, reset_all, out, occ, rin
         bad = first_bad_action(actions)
         if bad:
             return bad
-    n = state.shape[1]
-    chunks = (n + CHUNK - 1) // CHUNK
-    if n <= (SERIAL_MAX_FLOOD if flood else SERIAL_MAX):
-        for chunk in range(chunks):
-            run_chunk(chunk, actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags,
-                      obs, table, scratch, size, initial_length, hunger, grid, flood)
-    else:
-        for chunk in prange(chunks):
-            run_chunk(chunk, actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags,
-                      obs, table, scratch, size, initial_length, hunger, grid, flood)
+    for chunk in range((state.shape[1] + CHUNK - 1) // CHUNK):
+        run_chunk(chunk, actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags, obs,
+                  table, scratch, size, initial_length, hunger, grid, flood)
+    return 0
+
+
+def step_boards_parallel(actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats, flags, obs,
+                         table, scratch, size, initial_length, hunger, grid, flood):
+    """:func:`step_boards` with the chunks shared among numba's threads."""
+    if not reset_all:
+        bad = first_bad_action(actions)
+        if bad:
+            return bad
+    for chunk in prange((state.shape[1] + CHUNK - 1) // CHUNK):
+        # np.int64: prange's index is unsigned, the serial loop's signed; one type, one compiled run_chunk.
+        run_chunk(np.int64(chunk), actions, draws, injected, key, counter, reset_all, out, occ, ring, state, floats,
+                  flags, obs, table, scratch, size, initial_length, hunger, grid, flood)
     return 0
 
 
 if numba is not None:
-    step_boards = njit(cache=True, parallel=True, nogil=True)(step_boards)
+    step_boards = njit(cache=True, nogil=True)(step_boards)
+    # Compiled on first use only (parfors add seconds to a cold compile): a run on one thread, or with
+    # few boards, never calls it (``VectorSnake`` picks the driver, :func:`compile_parallel`).
+    step_boards_parallel = njit(cache=True, parallel=True, nogil=True)(step_boards_parallel)
+
+
+def parallel_pays(num_envs: int, flood: bool, threads: int) -> bool:
+    """Whether stepping ``num_envs`` boards on ``threads`` threads should share the chunks among them:
+    below ``SERIAL_MAX`` boards (``SERIAL_MAX_FLOOD`` with the flood fill) waking the pool costs more."""
+    return threads > 1 and num_envs > (SERIAL_MAX_FLOOD if flood else SERIAL_MAX)
 
 
 def counter_draws(key: int, counter: int, num_envs: int) -> np.ndarray:
@@ -621,19 +639,23 @@ def compile_notice(what: str) -> Iterator[None]:
                   flush=True)
 
 
-def compile_kernel() -> tuple[float, str | None]:
-    """Compile the step for the argument types VectorSnake passes, or load it from numba's disk cache.
+def compile_kernel(parallel: bool = False) -> tuple[float, str | None]:
+    """Compile the step for the argument types VectorSnake passes, or load it from numba's disk cache:
+    the serial driver (:func:`step_boards`), or with ``parallel`` the threaded one
+    (:func:`step_boards_parallel`), which a run compiles only when it steps that way (:func:`parallel_pays`).
 
-    Once per process; returns (seconds it took, None) or (seconds, the error in one line). A tiny
-    board is enough: numba specialises on types, not sizes.
+    Once per process and driver; returns (seconds it took, None) or (seconds, the error in one line).
+    A tiny board is enough: numba specialises on types, not sizes.
     """
-    if "result" in _compiled:
-        return _compiled["result"]  # type: ignore[return-value]
+    name = "parallel" if parallel else "serial"
+    if name in _compiled:
+        return _compiled[name]  # type: ignore[return-value]
     why = available()
     if why is not None:
-        _compiled["result"] = (0.0, why)
-        return _compiled["result"]  # type: ignore[return-value]
+        _compiled[name] = (0.0, why)
+        return _compiled[name]  # type: ignore[return-value]
     started = time.perf_counter()
+    driver = step_boards_parallel if parallel else step_boards
     try:
         size, cells = 4, 16
         table = cell_table(size)
@@ -645,13 +667,13 @@ def compile_kernel() -> tuple[float, str | None]:
         obs = np.zeros((3, 1, N_FEATURES + 3), dtype=np.float32)
         draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
         actions = np.zeros(1, dtype=np.int64)
-        with compile_notice("the env step kernel"):
+        with compile_notice("the env step kernel" + (" (threaded driver)" if parallel else "")):
             for reset_all in (True, False):
-                step_boards(actions, draws, True, np.uint64(0), 0, reset_all, 0, occ, ring, state, floats, flags, obs,
-                            table, scratch(1, size), size, 1, 10, False, True)
+                driver(actions, draws, True, np.uint64(0), 0, reset_all, 0, occ, ring, state, floats, flags, obs,
+                       table, scratch(1, size), size, 1, 10, False, True)
         result: tuple[float, str | None] = (time.perf_counter() - started, None)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         result = (time.perf_counter() - started, f"numba failed to compile the kernel ({type(exc).__name__}: {first})")
-    _compiled["result"] = result
+    _compiled[name] = result
     return result

@@ -348,7 +348,16 @@ class VectorSnake(VectorEnv):
                             self.hunger, self.obs_mode == "grid", self.flood_fill != "off")
         self._no_draws = np.zeros((DRAW_ROWS, 1), dtype=np.float64)
         # The kernel's threads follow torch's (run.threads sets both before the env is built).
-        fused.numba.set_num_threads(max(1, min(torch.get_num_threads(), fused.numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+        torch_threads = torch.get_num_threads()
+        threads = max(1, min(torch_threads, fused.numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+        self._fused_driver = fused.step_boards
+        try:
+            fused.numba.set_num_threads(threads)
+            # Compiled or loaded only where it runs: a one-thread run never pays for the threaded driver.
+            if fused.parallel_pays(n, self.flood_fill != "off", threads) and fused.compile_kernel(parallel=True)[1] is None:
+                self._fused_driver = fused.step_boards_parallel  # else the serial one: the same steps
+        finally:  # numba's thread pool, launched here, sets the OpenMP thread count it shares with torch
+            torch.set_num_threads(torch_threads)
 
     def _heading_fruit_table(self) -> torch.Tensor:
         """Features 3..10 for every (heading, head cell, fruit cell): one gather per observation."""
@@ -487,7 +496,7 @@ class VectorSnake(VectorEnv):
 
     def _fused_step(self, actions: np.ndarray, draws: np.ndarray, injected: bool, reset_all: bool, out_slot: int,
                     obs: np.ndarray) -> None:
-        bad = fused.step_boards(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
+        bad = self._fused_driver(actions, draws, injected, self._key, self._counter, reset_all, out_slot,
                                 *self._fused_state, obs, *self._fused_rest)
         if bad:
             raise self._invalid_action(actions[bad - 1], bad - 1)

@@ -73,7 +73,6 @@ from rlperf.run.core import RunCore, forms_line
 from rlperf.run.files import (
     CHECKPOINT_NAME, RECORD_NAME, RESERVE_BYTES, check_run_name, lock_run_dir, make_run_dir, read_record,
 )
-from rlperf.run.learner import async_run
 from rlperf.run.memory import check_run_memory, oom_message, refusing_oom
 from rlperf.run.record import METRICS_FIELDS, RunHistory, Window, build_record, now
 from rlperf.run.signals import RunInterrupted, StopSignal, exit_code
@@ -126,6 +125,8 @@ def train_run(
     if cfg.run.mode == "async":
         if resume is not None:
             raise RlperfError("--resume works for run.mode=sync runs only", hint="start a new async run")
+        from rlperf.run.learner import async_run  # the actor/learner machinery: only async runs import it
+
         return async_run(cfg, out, name, command, dashboard and not quiet, kind, stop)
     with thread_settings_restored(), stop.installed(), contextlib.ExitStack() as held:
         return _build_and_run(cfg, out, name, command, quiet, dashboard, kind, hooks or RunHooks(), resume, stop, held)
