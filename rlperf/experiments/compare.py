@@ -482,13 +482,16 @@ def run_sources(
     prefix: str = "compare",
     vary_seed: bool = True,
     into: Path | None = None,
+    alternate_from: int | None = None,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
     repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same
     work). Runs go under one ``{prefix}-*`` directory in ``out`` (``into``: an existing one, where
-    more repeats join those already run). ``on_run(label, repeat, event)``
+    more repeats join those already run). ``alternate_from``: the order within a repeat alternates (A B,
+    B A, ...), repeat k reversed when ``alternate_from + k`` is odd (the gate's pairs: a step in the
+    machine's speed between a pair's two runs then lands on either side alike). ``on_run(label, repeat, event)``
     is told "start" and "done". ``stop``: the caller's stop signal (by default its own): a signal
     stops the run in progress at a step boundary and no other run starts. ``runner(label, cfg,
     **train_run keywords)`` replaces :func:`~rlperf.run.lifecycle.train_run` (scripts/bench_gate.py
@@ -511,7 +514,8 @@ def run_sources(
         stop.raise_if_set("the comparison started")
         folder = into if into is not None else make_run_dir(out, name, prefix=prefix)
         for k in range(repeats):
-            for i, s in to_run:
+            flip = alternate_from is not None and (alternate_from + k) % 2 == 1
+            for i, s in reversed(to_run) if flip else to_run:
                 assert s.config is not None
                 if stop():
                     return sides, True
