@@ -156,11 +156,11 @@ def one_verdict(cfg: Any, repeats: int, most: int, threshold: float, metric: str
     sides = [[Source(label, f"{label} config", config=cfg)] for label in ("baseline", "candidate")]
 
     def undecided(base: Any, cand: Any) -> bool:
-        return gate.result(base, cand, threshold, metric)[0]["verdict"] == "inconclusive"
+        return gate.result(base, cand, threshold, metric, paired=True, adaptive=most > repeats)[0]["verdict"] == "inconclusive"
 
     base, cand, _ = gate.gather(sides[0], sides[1], repeats, metric, max_repeats=most, undecided=undecided,
                                 runner=runner, out=out)
-    v, _samples = gate.result(base, cand, threshold, metric)
+    v, _samples = gate.result(base, cand, threshold, metric, paired=True, adaptive=most > repeats)
     v.pop("comparison")
     v["wall_s"] = time.perf_counter() - started
     return v

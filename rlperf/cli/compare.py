@@ -198,10 +198,12 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         print("compare: run options, --repeats and --max-repeats apply to configs; these records are gated as recorded",
               file=sys.stderr)
     progress = None if run.quiet or run.json_ or not configs else RunsProgress("gate", configs * repeats)
+    paired = configs == 2  # the gate runs both sides itself, in interleaved pairs
+    adaptive = bool(configs) and most > repeats  # the verdict looks after every pair: each look's PASS is stricter
 
     def undecided(base: Side, cand: Side) -> bool:
         """Whether the runs so far leave the verdict inconclusive (then one more pair runs)."""
-        verdict = gate.result(base, cand, threshold, metric, allow, options.inconclusive)[0]["verdict"]
+        verdict = gate.result(base, cand, threshold, metric, allow, options.inconclusive, paired, adaptive)[0]["verdict"]
         if verdict == "inconclusive" and progress is not None:
             progress.bar.update(progress.task, total=(progress.bar.tasks[0].total or 0) + configs)
         return verdict == "inconclusive"
@@ -216,7 +218,7 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
-    result, (b, c) = gate.result(base, cand, threshold, metric, allow, options.inconclusive)
+    result, (b, c) = gate.result(base, cand, threshold, metric, allow, options.inconclusive, paired, adaptive)
     if configs:
         ran = max(len(side.records) for side, s in ((base, baseline[0]), (cand, candidate[0])) if s.config is not None)
         result["repeats"] = {"first": repeats, "ran": ran, "max": most}
