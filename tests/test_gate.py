@@ -487,6 +487,29 @@ def test_adaptive_repeats_add_interleaved_pairs_while_undecided(tmp_path: Path) 
     assert len(base.records) == len(cand.records) == 5 and len(order) == 10
 
 
+def test_records_run_in_pairs_are_tested_pair_by_pair(tmp_path: Path, capsys) -> None:
+    """The CI recipe's records (base, cand, cand, base, ... by start time) on a runner whose speed steps
+    between pairs: pair by pair a 10% slowdown fails; the same records started one side after the other
+    are two samples (Welch), where the steps are spread and the verdict cannot tell."""
+    speed = [1.0, 1.5, 1.0, 2.0, 1.5, 1.0, 1.0, 1.5]
+    wobble = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01]
+    for layout in ("pairs", "sides"):
+        folder = tmp_path / layout
+        for side, factor in (("base", 1.0), ("cand", 1.1)):
+            for k, (s, w) in enumerate(zip(speed, wobble, strict=True)):
+                run = write_record(folder / side, f"{side[0]}{k}", 100 * factor * s * (w if side == "base" else 1 / w),
+                                   mean_us=100 * factor * s)
+                second = 2 * k + (side == "cand") if layout == "pairs" else k + 10 * (side == "cand")
+                _edit(run, lambda r, second=second: r.update(started_at=f"2026-11-28T10:00:{second:02d}+00:00"))
+        code, out, err = run_cli(["compare", str(folder / "base"), "--candidate", str(folder / "cand"),
+                                  "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+        v = json.loads(out)
+        if layout == "pairs":
+            assert code == 1 and v["paired"] and "signed-rank" in v["test"], err
+        else:
+            assert code == 3 and not v["paired"] and "Welch" in v["test"], err
+
+
 def test_inconclusive_exits_3_or_as_told(tmp_path: Path, capsys) -> None:
     """5 runs a side with ±4% noise and a 6% slowdown at a 5% gate: it used to say "inside the noise" and
     PASS; now INCONCLUSIVE, exit 3, with what would decide it and what these runs could see."""

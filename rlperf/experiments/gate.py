@@ -19,25 +19,30 @@ fourth step, a periodic log, a GC pause) does not move the p25, and the mean les
 sees everything, needs a quiet machine or many repeats) test one metric alone. Records without the
 mean are gated on the p25 alone, and the verdict warns that it is blind to such costs.
 
-**The test.** A run's figure is one sample; with ``x`` the baseline's log seconds per env step and
-``y`` the candidate's, ``mean(y) − mean(x)`` estimates the log of the ratio of their (geometric mean)
-times, with Welch's t interval (each side its own spread). "5% slower" is 1.05 × the baseline's time
-per env step (as pytest-benchmark and asv read it). FAIL when the interval's lower bound is above
-``ln(1.05)``, PASS when its upper bound is below, else INCONCLUSIVE: the two errors a gate must not
-make (failing identical code, passing a slowdown beyond its threshold) each stay below 5%. With two
-metrics a FAIL needs one of them above the threshold at 2.5% each (either may raise a false alarm),
-and a PASS needs both below at 5% each (a slowdown passes only if the metric that sees it passes it).
-Adding runs while inconclusive looks again at the same question; the errors it guards against are a
-threshold away from the truth in both directions, so the extra looks cost little (measured:
+**The test.** A run's figure is one sample, on log seconds per env step ("5% slower" is 1.05 × the
+baseline's time per env step, as pytest-benchmark and asv read it). Where the gate runs both sides
+itself it runs them in pairs, the order alternating (baseline first, then candidate first...), and
+tests the pairs' log ratios: the Hodges–Lehmann estimate with the Wilcoxon signed-rank interval
+(:class:`~rlperf.report.stats.PairedShift`). A shared machine changes speed in steps within seconds
+(measured here: ±20% per run); two runs side by side share the step, so the pairs cancel what two
+samples see as spread, and a pair split across a step is an outlier that ranks discount. Records
+given as they are have no pairs: ``mean(y) − mean(x)`` with Welch's t interval. FAIL when the
+interval's lower bound is above ``ln(1.05)``, PASS when its upper bound is below, else INCONCLUSIVE.
+With two metrics a FAIL needs one of them above the threshold at 2.5% each (either may raise a false
+alarm), and a PASS needs both below (a slowdown passes only if the metric that sees it passes it).
+Adaptive repeats look again after every pair and stop at the first look that decides: identical code
+sits a whole threshold below a FAIL, but a slowdown just above the threshold gets many chances to
+PASS, so a look of adaptive repeats passes at 1% (:data:`ALPHA_PASS_ADAPTIVE`), else at 5% (measured:
 scripts/bench_gate.py). The verdict also gives what the runs could see: the smallest slowdown their
 spread tells from none 95% of the time (:func:`detectable_line`), and how many runs a side would
-decide an inconclusive one. Interleaving the two sides' runs spreads slow drift of the machine over
-both, and every run uses the config's seed: on the CPU each repeat does the same work step by step,
-so the spread is the machine's, not the workload's.
+decide an inconclusive one. Every run uses the config's seed: on the CPU each repeat does the same
+work step by step, so the spread is the machine's, not the workload's.
 
 **Why it got slower.** Each phase's time per vector step (less CPU waits where the record has them)
-is tested the same way (:func:`phase_changes`), and where both sides carry cProfile's table, the
-functions whose time per vector step changed most (:func:`function_changes`).
+is tested the same way (pairs with the paired t: :func:`phase_changes`), and where both sides carry
+the line sampler's counts (``rlperf profile -- python x.py``) the lines, else where they carry
+cProfile's table the functions, whose time per vector step grew most (:func:`line_changes`,
+:func:`function_changes`).
 
 **What is compared.** Like with like: every record must agree on :data:`MEASURES` (what kind of
 run, which env and size, how many boards, the device, the machine, the timing mode, the rlperf
@@ -462,6 +467,22 @@ def paired_samples(base: Any, cand: Any, metric: str) -> tuple[list[float], list
             b.append(check_plausible(vx, f"its time per env step ({metric})", _name(x)))
             c.append(check_plausible(vy, f"its time per env step ({metric})", _name(y)))
     return b, c
+
+
+def pair_records(base: Any, cand: Any) -> bool:
+    """Whether two sides of records ran as interleaved pairs: as many runs a side, and by their start
+    times each side's k-th run next to the other side's k-th (``base, cand, cand, base, ...`` or any
+    order within a pair; the README's CI recipe). If so, each side's records are put in start order,
+    for :func:`result` to test them pair by pair, and True; records run otherwise are two samples."""
+    b, c = base.records, cand.records
+    if len(b) != len(c) or len(b) < MIN_RUNS or not all(isinstance(r.get("started_at"), str) for r in b + c):
+        return False
+    b, c = sorted(b, key=lambda r: r["started_at"]), sorted(c, key=lambda r: r["started_at"])
+    times = sorted([(r["started_at"], 0, k) for k, r in enumerate(b)] + [(r["started_at"], 1, k) for k, r in enumerate(c)])
+    if any({(side, k) for _, side, k in times[2 * k:2 * k + 2]} != {(0, k), (1, k)} for k in range(len(b))):
+        return False
+    base.records[:], cand.records[:] = b, c
+    return True
 
 
 def _pairs(base: Any, cand: Any) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
