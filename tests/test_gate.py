@@ -598,9 +598,18 @@ def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path
     code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
                               "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
     v = json.loads(out)
-    push, select = v["phases"]
+    push, select, outside = v["phases"]
     assert push["name"] == "push" and push["slower"] and push["delta_ms"] == pytest.approx(0.4, abs=0.01)
     assert select["name"] == "select" and not select["slower"] and select["p_value"] > 0.05
+    assert outside["name"] == gate.OUTSIDE and not outside["slower"]  # the phases hold the whole step here
+    # the same 0.4 ms spent between the phases (a hook after the step): named as such, not spread over them
+    for run in runs["cand"]:
+        _edit(run, lambda r: r["phases"]["push"].update(total_s=r["phases"]["push"]["total_s"] - 0.4))
+    code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
+                              "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+    v = json.loads(out)
+    assert v["phases"][0]["name"] == gate.OUTSIDE and v["phases"][0]["slower"], v["phases"]
+    assert not any(c["slower"] for c in v["phases"][1:]) and v["why"].startswith("slower: outside the phases +0.4")
     assert v["functions"][0]["name"] == "rlperf/buffer.py:88(add)"
 
 

@@ -569,24 +569,55 @@ def _step_ms(record: Mapping[str, Any]) -> tuple[float | None, bool]:
     return (float(mean) if is_number(mean) and mean > 0 else None), False
 
 
+OUTSIDE = "outside the phases"
+"""The step's time in none of the loop's phases (a hook, the loop's own Python): tested as a phase is,
+so a cost there is named as such instead of spread over the phases by their shares."""
+
+
 def phase_ms(record: Mapping[str, Any], phase: str) -> dict[str, float]:
     """A phase's ms per vector step in one record, two ways as the gate's step: ``median``, its median
     call × calls per step (where waits for a CPU rarely land; blind to a cost on a few calls), and
-    ``mean``, its share of the phases' time × the mean step less CPU waits (waits fall on the phases as
-    their time does), else its total over the measured steps (waits included)."""
+    ``mean``, its total over the measured steps less its part of the CPU waits (waits fall on the
+    phases as their time does; :func:`_mean_ms`). :data:`OUTSIDE`: the mean step less CPU waits less
+    every phase's mean."""
+    if phase == OUTSIDE:
+        return _outside_ms(record)
     stats = (record.get("phases") or {}).get(phase) or {}
     steps = (record.get("timing") or {}).get("measured_steps")
     out = {}
     p50, calls = stats.get("p50_ms"), stats.get("calls")
     if is_number(p50) and p50 > 0 and is_number(calls) and is_number(steps) and steps > 0:
         out["median"] = p50 * calls / steps
-    step, less_wait = _step_ms(record)
-    share, total = stats.get("share"), stats.get("total_s")
-    if less_wait and step is not None and is_number(share) and 0 < share <= 1:
-        out["mean"] = share * step
-    elif is_number(total) and total > 0 and is_number(steps) and steps > 0:
-        out["mean"] = 1e3 * total / steps
+    mean = _mean_ms(record, stats)
+    if mean is not None:
+        out["mean"] = mean
     return out
+
+
+def _mean_ms(record: Mapping[str, Any], stats: Mapping[str, Any]) -> float | None:
+    """A phase's total over the measured steps in ms per step, × the part of the steps' time not spent
+    waiting for a CPU (where the record has it); its share × the mean step less waits where it has no total."""
+    steps = (record.get("timing") or {}).get("measured_steps")
+    total, share = stats.get("total_s"), stats.get("share")
+    step, less_wait = _step_ms(record)
+    if is_number(total) and total > 0 and is_number(steps) and steps > 0:
+        mean = (((record.get("timing") or {}).get("vector_step") or {}).get("mean_ms"))
+        scale = min(step / mean, 1.0) if less_wait and step is not None and is_number(mean) and mean > 0 else 1.0
+        return 1e3 * total / steps * scale
+    if less_wait and step is not None and is_number(share) and 0 < share <= 1:
+        return share * step
+    return None
+
+
+def _outside_ms(record: Mapping[str, Any]) -> dict[str, float]:
+    """``{"mean": ms}`` of the step outside every phase (at least a nanosecond: the phases' means and the
+    step's are read over slightly different steps, and a log needs a positive time); none without phases."""
+    step, _ = _step_ms(record)
+    inside = [_mean_ms(record, stats) for stats in (record.get("phases") or {}).values() if isinstance(stats, Mapping)]
+    if step is None or not inside or any(v is None for v in inside):
+        return {}
+    rest = step - sum(v for v in inside if v is not None)
+    return {"mean": max(rest, 1e-6)}
 
 
 def _change(name: str, b: Sequence[float], c: Sequence[float], tests: int, paired: bool = False) -> dict[str, Any] | None:
@@ -612,6 +643,8 @@ def phase_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str,
     slower first, by their change, then the rest. ``paired``: ``base[k]`` and ``cand[k]`` ran side by side."""
     names = [n for n in dict.fromkeys(k for r in [*base, *cand] for k in (r.get("phases") or {}))
              if all(n in (r.get("phases") or {}) for r in [*base, *cand])]
+    if names and all(_outside_ms(r) for r in [*base, *cand]):
+        names.append(OUTSIDE)
     out = []
     for name in names:
         found: dict[str, dict[str, Any]] = {}
