@@ -196,8 +196,8 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
     """The gate's decision on seconds per env step of each side's runs, for one metric; see the module docstring.
 
     FAIL when the ``1 − alpha_fail`` lower bound of the slowdown is above the threshold, PASS when the
-    ``1 − alpha_pass`` upper bound is below it, INCONCLUSIVE otherwise. ``paired``: the k-th runs of the
-    two sides ran side by side (the signed-rank test of their ratios), else the sides are two samples (Welch)."""
+    ``1 − alpha_pass`` upper bound is below it, INCONCLUSIVE otherwise. ``paired``: each side's k-th runs
+    ran side by side (the signed-rank test of their ratios), else the sides are two samples (Welch)."""
     if min(len(baseline), len(candidate)) < MIN_RUNS:
         raise RlperfError(f"{len(baseline)} baseline and {len(candidate)} candidate runs have no spread to test",
                           hint=f"run each side at least {MIN_RUNS} times (--repeats {DEFAULT_REPEATS} is the default), "
@@ -228,7 +228,6 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         reason = (f"the candidate looks {_pct(abs(slowdown))} {word}, but its interval {interval} holds the "
                   f"{_pct(threshold)} threshold: the runs cannot tell; {decide}")
     speedup, said = _speedup(lower, upper, slowdown)
-    reason += said
     return {
         "schema": 2,
         "kind": "gate",
@@ -237,7 +236,7 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         "metric": metric,
         "threshold": threshold,
         "slowdown": slowdown,
-        "interval": [_ratio(lower) if math.isfinite(lower) else None, _ratio(upper) if math.isfinite(upper) else None],
+        "interval": [_ratio(x) if math.isfinite(x) else None for x in (lower, upper)],
         "confidence": {"fail": 1 - alpha_fail, "pass": 1 - alpha_pass},
         "p_value": d.p_above(limit),
         "p_below": 1 - d.p_above(limit),
@@ -246,11 +245,10 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         "fails_above": _ratio(limit + detectable),
         "more_runs_a_side": more,
         "spread": [math.expm1(s) for s in d.sd],
-        "pair_spread": math.expm1(d.pair_spread) if isinstance(d, PairedShift) else None,
-        "paired": paired,
+        "pair_spread": math.expm1(d.pair_spread) if isinstance(d, PairedShift) else None, "paired": paired,
         "speedup": speedup,
         "test": TEST_PAIRED if paired else TEST,
-        "reason": reason,
+        "reason": reason + said,
         "n": [len(baseline), len(candidate)],
     }
 
