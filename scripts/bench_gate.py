@@ -156,11 +156,11 @@ def one_verdict(cfg: Any, repeats: int, most: int, threshold: float, metric: str
     sides = [[Source(label, f"{label} config", config=cfg)] for label in ("baseline", "candidate")]
 
     def undecided(base: Any, cand: Any) -> bool:
-        return gate.result(base, cand, threshold, metric)[0]["verdict"] == "inconclusive"
+        return gate.result(base, cand, threshold, metric, paired=True, adaptive=most > repeats)[0]["verdict"] == "inconclusive"
 
     base, cand, _ = gate.gather(sides[0], sides[1], repeats, metric, max_repeats=most, undecided=undecided,
                                 runner=runner, out=out)
-    v, _samples = gate.result(base, cand, threshold, metric)
+    v, _samples = gate.result(base, cand, threshold, metric, paired=True, adaptive=most > repeats)
     v.pop("comparison")
     v["wall_s"] = time.perf_counter() - started
     return v
@@ -213,6 +213,17 @@ def main() -> None:
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     runners = {k: Plant(*parse_kind(k)) for k in kinds}
     verdicts: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+
+    def results() -> dict[str, Any]:
+        return {
+            "machine": machine_info(),
+            "settings": {"config": args.config, "steps": args.steps, "repeats": args.repeats,
+                         "max_repeats": args.max_repeats, "trials": len(verdicts[kinds[-1]]), "threshold": threshold,
+                         "kinds": kinds, "metric": args.metric, "threads": args.threads},
+            "test": gate.TEST_PAIRED,
+            "kinds": {k: summary(k, vs) for k, vs in verdicts.items() if vs},
+        }
+
     with tempfile.TemporaryDirectory(prefix="rlperf-gate-") as tmp:
         for trial in range(args.trials):
             for kind in kinds:
@@ -224,20 +235,15 @@ def main() -> None:
                     print(f"{kind:13s} trial {trial + 1:2d}: {v['verdict']:12s} slowdown {100 * v['slowdown']:+6.1f}% "
                           f"detectable {100 * v['detectable_slowdown']:4.1f}% runs {v['n'][1]:2d} named {named:6s} "
                           f"({v['wall_s']:.1f} s)", flush=True)
-    results: dict[str, Any] = {
-        "machine": machine_info(),
-        "settings": {"config": args.config, "steps": args.steps, "repeats": args.repeats,
-                     "max_repeats": args.max_repeats, "trials": args.trials, "threshold": threshold, "kinds": kinds,
-                     "metric": args.metric, "threads": args.threads},
-        "test": gate.TEST,
-        "kinds": {k: summary(k, vs) for k, vs in verdicts.items()},
-    }
-    if emit(results, args.out, args.json):
+            if args.out:  # after every round: a bench cut short keeps what it measured
+                emit(results(), args.out, False)
+    final = results()
+    if emit(final, args.out, args.json):
         return
-    print(f"\n{machine_line(results['machine'], args.threads)}")
+    print(f"\n{machine_line(final['machine'], args.threads)}")
     print(f"{args.config} config, {args.steps:,} env steps a run, {args.repeats} to {args.max_repeats} runs a side, "
           f"threshold {args.threshold:g}%, metric {args.metric}")
-    for kind, r in results["kinds"].items():
+    for kind, r in final["kinds"].items():
         predicted = f", predicted {100 * r['predicted_fail_rate']:.0f}%" if "predicted_fail_rate" in r else ""
         named = f", push named {100 * r['named_push']:.0f}%" if "named_push" in r else ""
         print(f"{kind:13s} FAIL {r['fail']}/{r['trials']} (95% CI {100 * r['fail_rate_ci95'][0]:.0f}–"

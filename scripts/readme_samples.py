@@ -72,7 +72,7 @@ SAMPLES: tuple[Sample, ...] = (
            shows=("compare", "metric", "buffer.push=loop vs smoke", "│ push ", "│ env steps/s ", "compare.png"),
            omit=((r"^│ select ", r"^│ push "), (r"^│ train ", r"^├"), (r"^│ updates/s ", r"^├"),
                  (r"^│ mean score", r"^└"))),
-    Sample("gate", "rlperf compare smoke --candidate smoke --fail-if-slower 5% --repeats 4 --max-repeats 4",
+    Sample("gate", "rlperf compare smoke --candidate smoke --fail-if-slower 5% --repeats 6 --max-repeats 6",
            shows=("compared: baseline", "candidate", "gate: "), codes=(0, 3),  # 3: inconclusive on a noisy machine
            omit=((r"^\s+gate\s*$", r"^compared: "),)),
     Sample("explain", "rlperf explain 3", head=8,

@@ -81,6 +81,57 @@ def test_the_shift_is_welchs_t() -> None:
     assert exact.se == 0 and exact.bound(0.05, upper=False) == 1.0 and exact.p_above(0.5) == 0.0
 
 
+def test_the_paired_shift_is_wilcoxons_signed_rank() -> None:
+    from scipy import stats as scipy_stats
+
+    from rlperf.report.stats import paired_shift
+
+    x = [1.0, 1.3, 0.8, 1.1, 1.6, 0.9, 1.2, 1.05]
+    y = [1.12, 1.41, 0.93, 1.18, 1.79, 1.01, 1.28, 1.2]
+    d = paired_shift(x, y)
+    diffs = [b - a for a, b in zip(x, y, strict=True)]
+    walsh = sorted((diffs[i] + diffs[j]) / 2 for i in range(8) for j in range(i, 8))
+    assert d.estimate == pytest.approx((walsh[17] + walsh[18]) / 2)  # Hodges-Lehmann: the Walsh averages' median
+    for value in (0.0, 0.1, 0.14):
+        reference = scipy_stats.wilcoxon([v - value for v in diffs], alternative="greater", method="exact")
+        assert d.p_above(value) == pytest.approx(reference.pvalue, rel=1e-9)
+    # 8 pairs: P(T <= 3) = 5/256 <= 2.5% < P(T <= 4) = 7/256, so the 97.5% bounds leave 4 Walsh averages outside
+    assert d.bound(0.025, upper=False) == walsh[3] and d.bound(0.025, upper=True) == walsh[-4]
+    # 5 pairs cannot exclude anything at 2.5% (every sign alike has chance 1/32): no bound, not a wrong one
+    few = paired_shift(x[:5], y[:5])
+    assert few.bound(0.025, upper=False) == -math.inf and few.bound(0.05, upper=False) == min(diffs[:5])
+
+
+def test_pairs_see_through_the_machines_steps() -> None:
+    """Interleaved pairs on a machine whose speed steps by 1.5x between pairs (a shared runner): Welch's
+    test on the two sides sees the steps as spread and cannot tell a 10% slowdown from 5%; pair by pair
+    the steps cancel, and one pair split across a step does not move the signed-rank verdict."""
+    speed = [1.0, 1.0, 1.5, 1.5, 1.0, 2.0, 2.0, 1.5, 1.0, 1.0, 1.5, 1.5]
+    wobble = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.01, 0.99]
+    base = [100 * s * w for s, w in zip(speed, wobble, strict=True)]
+    cand = [110 * s / w for s, w in zip(speed, wobble, strict=True)]
+    assert gate.verdict(base, cand, 0.05)["verdict"] == "inconclusive"
+    paired = gate.verdict(base, cand, 0.05, paired=True)
+    assert paired["verdict"] == "fail" and paired["paired"] and "signed-rank" in paired["test"]
+    assert paired["slowdown"] == pytest.approx(0.10, abs=0.01) and paired["pair_spread"] < 0.05
+    cand[4] *= 1.5  # the machine stepped between this pair's runs
+    assert gate.verdict(base, cand, 0.05, paired=True)["verdict"] == "fail"
+    # identical code on the same machine passes, pair by pair, at the stricter error of adaptive repeats
+    same = gate.verdict(base, [100 * s / w for s, w in zip(speed, wobble, strict=True)], 0.05, "step-mean",
+                        alpha_pass=gate.ALPHA_PASS_ADAPTIVE, paired=True)
+    assert same["verdict"] == "pass" and same["confidence"]["pass"] == 0.99
+
+
+def test_adaptive_looks_pass_at_the_stricter_error() -> None:
+    """A slowdown just above the threshold must not pass at one of the many looks of adaptive repeats: a
+    look that would pass at 95% confidence is inconclusive at the 99% a look of adaptive repeats asks."""
+    base = [100.0, 101, 99, 100, 102, 98]
+    cand = [b * r for b, r in zip(base, (1.0, 1.04, 1.03, 1.01, 1.045, 1.02), strict=True)]
+    assert gate.verdict(base, cand, 0.05, paired=True)["verdict"] == "pass"
+    strict = gate.verdict(base, cand, 0.05, alpha_pass=gate.ALPHA_PASS_ADAPTIVE, paired=True)
+    assert strict["verdict"] == "inconclusive"
+
+
 @pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.5%", 0.005), ("12.5 %", 0.125), ("0%", 0.0), ("100%", 1.0)])
 def test_thresholds_parse(text: str, value: float) -> None:
     assert gate.parse_threshold(text) == pytest.approx(value)
@@ -428,12 +479,35 @@ def test_adaptive_repeats_add_interleaved_pairs_while_undecided(tmp_path: Path) 
     base, cand, interrupted = gate.gather(*sides(), 2, "step-p25", max_repeats=6, runner=runner,
                                           undecided=lambda b, c: len(b.records) < 4, out=tmp_path / "runs")
     assert not interrupted and len(base.records) == len(cand.records) == 4
-    assert order == ["baseline", "candidate"] * 4
+    assert order == ["baseline", "candidate", "candidate", "baseline"] * 2  # a pair's order alternates
     assert len({Path(r["run_dir"]).parent for r in base.records + cand.records}) == 1  # one gate-* folder
     order.clear()
     base, cand, _ = gate.gather(*sides(), 2, "step-p25", max_repeats=5, runner=runner,
                                 undecided=lambda b, c: True, out=tmp_path / "more")
     assert len(base.records) == len(cand.records) == 5 and len(order) == 10
+
+
+def test_records_run_in_pairs_are_tested_pair_by_pair(tmp_path: Path, capsys) -> None:
+    """The CI recipe's records (base, cand, cand, base, ... by start time) on a runner whose speed steps
+    between pairs: pair by pair a 10% slowdown fails; the same records started one side after the other
+    are two samples (Welch), where the steps are spread and the verdict cannot tell."""
+    speed = [1.0, 1.5, 1.0, 2.0, 1.5, 1.0, 1.0, 1.5]
+    wobble = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01]
+    for layout in ("pairs", "sides"):
+        folder = tmp_path / layout
+        for side, factor in (("base", 1.0), ("cand", 1.1)):
+            for k, (s, w) in enumerate(zip(speed, wobble, strict=True)):
+                run = write_record(folder / side, f"{side[0]}{k}", 100 * factor * s * (w if side == "base" else 1 / w),
+                                   mean_us=100 * factor * s)
+                second = 2 * k + (side == "cand") if layout == "pairs" else k + 10 * (side == "cand")
+                _edit(run, lambda r, second=second: r.update(started_at=f"2026-11-28T10:00:{second:02d}+00:00"))
+        code, out, err = run_cli(["compare", str(folder / "base"), "--candidate", str(folder / "cand"),
+                                  "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+        v = json.loads(out)
+        if layout == "pairs":
+            assert code == 1 and v["paired"] and "signed-rank" in v["test"], err
+        else:
+            assert code == 3 and not v["paired"] and "Welch" in v["test"], err
 
 
 def test_inconclusive_exits_3_or_as_told(tmp_path: Path, capsys) -> None:
@@ -524,10 +598,52 @@ def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path
     code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
                               "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
     v = json.loads(out)
-    push, select = v["phases"]
+    push, select, outside = v["phases"]
     assert push["name"] == "push" and push["slower"] and push["delta_ms"] == pytest.approx(0.4, abs=0.01)
     assert select["name"] == "select" and not select["slower"] and select["p_value"] > 0.05
+    assert outside["name"] == gate.OUTSIDE and not outside["slower"]  # the phases hold the whole step here
+    # the same 0.4 ms spent between the phases (a hook after the step): named as such, not spread over them
+    for run in runs["cand"]:
+        _edit(run, lambda r: r["phases"]["push"].update(total_s=r["phases"]["push"]["total_s"] - 0.4))
+    code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
+                              "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+    v = json.loads(out)
+    assert v["phases"][0]["name"] == gate.OUTSIDE and v["phases"][0]["slower"], v["phases"]
+    assert not any(c["slower"] for c in v["phases"][1:]) and v["why"].startswith("slower: outside the phases +0.4")
     assert v["functions"][0]["name"] == "rlperf/buffer.py:88(add)"
+
+
+def test_the_verdict_names_the_line_where_the_line_sampler_saw_it(tmp_path: Path, capsys) -> None:
+    """Records of ``rlperf profile -- python x.py`` carry the line sampler's counts: the candidate spends
+    0.4 ms more per vector step on line 91 of buffer.py (a line the baseline never sampled); the verdict
+    names that line, not add()'s ``def`` line that cProfile gives."""
+    runs: dict[str, list[Path]] = {"base": [], "cand": []}
+    for side, extra in (("base", 0.0), ("cand", 0.4)):
+        for i, jitter in enumerate((1.0, 1.01, 0.99, 1.005, 0.995)):
+            step_ms = (2.0 + extra) * jitter
+            run = write_record(tmp_path / side, f"{side[0]}{i}", 1e3 * step_ms / 16, mean_us=1e3 * step_ms / 16)
+            push_ms, select_ms = (0.5 + extra) * jitter, 1.5 * jitter
+            lines = [["/src/x.py", 40, "act", round(1000 * select_ms / step_ms), 900],
+                     ["/src/buffer.py", 88, "add", round(1000 * 0.5 * jitter / step_ms), 300]]
+            if extra:
+                lines.append(["/src/buffer.py", 91, "add", round(1000 * extra * jitter / step_ms), 200])
+
+            def fill(r: dict, push_ms: float = push_ms, select_ms: float = select_ms, step_ms: float = step_ms,
+                     lines: list = lines) -> None:
+                r["timing"]["measured_steps"] = 1000
+                r["phases"] = {"select": {"total_s": select_ms, "share": select_ms / step_ms},
+                               "push": {"total_s": push_ms, "share": push_ms / step_ms}}
+                r["profile"] = {"evidence": {"line_samples": {"interval_s": 0.005, "samples": 1000, "lines": lines}}}
+
+            _edit(run, fill)
+            runs[side].append(run)
+    code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
+                              "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+    v = json.loads(out)
+    assert code == 1 and v["lines"][0]["name"] == "/src/buffer.py:91(add)", err
+    assert v["lines"][0]["slower"] and v["lines"][0]["delta_ms"] == pytest.approx(0.4, abs=0.02)
+    assert not any(line["slower"] for line in v["lines"][1:])  # act() and add()'s line 88 did not change
+    assert v["why"].startswith("slower: push +0.4 ms per vector step (p < 0.001), buffer.py:91 add() +0.4"), v["why"]
 
 
 def test_the_ci_recipe_runs_as_written(tmp_path: Path, capsys) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from rlperf import cli
 from rlperf.experiments import gate
+from rlperf.experiments.compare import Side
 from rlperf.report import plots
 from rlperf.run.checkpoint import with_digest
 from rlperf.atomic import save_torch_atomic
@@ -163,7 +164,9 @@ def test_gate_draws_both_sides_threshold_and_verdict(late_run: Path, early_run: 
     base, cand = [read_record(d) for d in sides["early"]], [read_record(d) for d in sides["late"]]
     b = [gate.time_per_env_step(r, "throughput") or 0.0 for r in base]
     c = [gate.time_per_env_step(r, "throughput") or 0.0 for r in cand]
-    result = gate.verdict(b, c, 0.05, "throughput")
+    # the k-th copies of each side start in the same second: pairs, tested pair by pair as the command does
+    paired = gate.pair_records(Side("baseline", "", list(base)), Side("candidate", "", list(cand)))
+    result = gate.verdict(b, c, 0.05, "throughput", paired=paired)
     fig = plots.compare_figure([("baseline", base), ("candidate", cand)], result, (b, c))
     points = fig.axes[3]
     assert [t.get_text() for t in points.get_xticklabels()] == ["baseline", "candidate"]

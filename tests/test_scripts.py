@@ -238,4 +238,4 @@ def test_bench_gate_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
         assert r["trials"] == 2 == r["pass"] + r["fail"] + r["inconclusive"] and r["wall_s_per_verdict"] > 0
         assert 0 <= r["fail_rate_ci95"][0] <= r["fail_rate"] <= r["fail_rate_ci95"][1] <= 1 and len(r["detectable"]) == 2
         assert all(3 <= n <= 4 for n in r["runs_a_side"])  # 3 first, a pair more while inconclusive
-    assert 0 <= result["kinds"]["push:0.15"]["predicted_fail_rate"] <= 1 and "Welch" in result["test"]
+    assert 0 <= result["kinds"]["push:0.15"]["predicted_fail_rate"] <= 1 and "signed-rank" in result["test"]

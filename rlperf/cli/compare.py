@@ -62,7 +62,7 @@ def compare(
     vs: Annotated[list[str] | None, typer.Option(
         "--vs", help="A variant of the one config argument: --vs buffer.push=loop (repeatable).")] = None,
     repeats: Annotated[int | None, typer.Option(
-        "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 5 for the gate); repeat k uses seed + k, "
+        "--repeats", help="Runs per config (≥ 3 shows the noise; default 1, and 6 for the gate); repeat k uses seed + k, "
         "except in the gate, where every run uses the config's seed.",
         show_default=False)] = None,
     candidate: Annotated[list[str] | None, typer.Option(
@@ -72,14 +72,15 @@ def compare(
     fail_if_slower: Annotated[str | None, typer.Option(
         "--fail-if-slower", metavar="PCT%", help="The gate (the % sign is required: 5%): exit 0 (PASS) when the candidate "
         "is slower than the baseline by less than PCT% with 95% confidence, 1 (FAIL) when by more, 3 (INCONCLUSIVE) when "
-        "the runs cannot tell (Welch's t interval of the ratio of times per env step); 2 on bad input.")] = None,
+        "the runs cannot tell (the signed-rank interval of the ratio of times per env step for runs made in pairs, "
+        "else Welch's t); 2 on bad input.")] = None,
     inconclusive: Annotated[str | None, typer.Option(
         "--inconclusive", metavar="pass|fail", help="The gate: exit 0 (pass) or 1 (fail) on an INCONCLUSIVE verdict, for "
         "a CI that must have two outcomes; without it an INCONCLUSIVE verdict exits 3, which fails a CI step too.",
         show_default=False)] = None,
     max_repeats: Annotated[int | None, typer.Option(
         "--max-repeats", help="The gate, on configs run now: while the verdict is INCONCLUSIVE, run one more interleaved "
-        "pair, up to this many runs a side (default 15; --repeats or less: no more runs).", show_default=False)] = None,
+        "pair, up to this many runs a side (default 30; --repeats or less: no more runs).", show_default=False)] = None,
     allow_mismatch: Annotated[list[str] | None, typer.Option(
         "--allow-mismatch", metavar="KEY", help="The gate: compare records that differ in KEY (kind, env.id, env.size, "
         "num_envs, device, machine (CPU model, CPU count, usable CPUs), timing, rlperf, config.SECTION.KEY) anyway "
@@ -198,10 +199,12 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         print("compare: run options, --repeats and --max-repeats apply to configs; these records are gated as recorded",
               file=sys.stderr)
     progress = None if run.quiet or run.json_ or not configs else RunsProgress("gate", configs * repeats)
+    paired = configs == 2  # the gate runs both sides itself, in interleaved pairs
+    adaptive = bool(configs) and most > repeats  # the verdict looks after every pair: each look's PASS is stricter
 
     def undecided(base: Side, cand: Side) -> bool:
         """Whether the runs so far leave the verdict inconclusive (then one more pair runs)."""
-        verdict = gate.result(base, cand, threshold, metric, allow, options.inconclusive)[0]["verdict"]
+        verdict = gate.result(base, cand, threshold, metric, allow, options.inconclusive, paired, adaptive)[0]["verdict"]
         if verdict == "inconclusive" and progress is not None:
             progress.bar.update(progress.task, total=(progress.bar.tasks[0].total or 0) + configs)
         return verdict == "inconclusive"
@@ -216,7 +219,8 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
         with rendering():
             print("compare: interrupted; no verdict", file=sys.stderr)
         raise typer.Exit(stop.exit_code)
-    result, (b, c) = gate.result(base, cand, threshold, metric, allow, options.inconclusive)
+    paired = paired or (not configs and gate.pair_records(base, cand))  # records run in pairs, e.g. the CI recipe
+    result, (b, c) = gate.result(base, cand, threshold, metric, allow, options.inconclusive, paired, adaptive)
     if configs:
         ran = max(len(side.records) for side, s in ((base, baseline[0]), (cand, candidate[0])) if s.config is not None)
         result["repeats"] = {"first": repeats, "ran": ran, "max": most}

@@ -482,18 +482,19 @@ def run_sources(
     prefix: str = "compare",
     vary_seed: bool = True,
     into: Path | None = None,
+    alternate_from: int | None = None,
 ) -> tuple[list[Side], bool]:
     """Run the config sources ``repeats`` times each and gather every source's records into a side.
 
     Repeats are interleaved (A B A B ...) so slow drift in the machine spreads over all columns;
-    repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same
-    work). Runs go under one ``{prefix}-*`` directory in ``out`` (``into``: an existing one, where
-    more repeats join those already run). ``on_run(label, repeat, event)``
-    is told "start" and "done". ``stop``: the caller's stop signal (by default its own): a signal
-    stops the run in progress at a step boundary and no other run starts. ``runner(label, cfg,
-    **train_run keywords)`` replaces :func:`~rlperf.run.lifecycle.train_run` (scripts/bench_gate.py
-    plants a slowdown in one side with it). Returns (sides, interrupted): after a signal the sides
-    hold the runs that finished.
+    repeat k uses ``run.seed + k`` (``vary_seed=False``: every repeat the same seed, the same work).
+    Runs go under one ``{prefix}-*`` directory in ``out`` (``into``: an existing one, where more
+    repeats join those already run). ``alternate_from``: repeat k runs in reverse order when
+    ``alternate_from + k`` is odd (the gate's pairs: a step in the machine's speed lands on either
+    side alike). ``on_run(label, repeat, event)`` is told "start" and "done". ``stop``: the caller's
+    stop signal (by default its own): a signal stops the run in progress at a step boundary and no
+    other run starts. ``runner(label, cfg, **train_run keywords)`` replaces ``train_run`` (bench_gate.py
+    plants a slowdown with it). Returns (sides, interrupted): after a signal, the runs that finished.
     """
     runner = runner or _train
     if repeats < 1:
@@ -504,14 +505,13 @@ def run_sources(
         return sides, False
     check_sources(sources)
     _check_seeds([s for _, s in to_run], repeats)
-    own = stop is None
-    stop = stop if stop is not None else StopSignal()
+    own, stop = stop is None, stop if stop is not None else StopSignal()
     stop.arm()
     with stop.installed() if own else contextlib.nullcontext():
         stop.raise_if_set("the comparison started")
         folder = into if into is not None else make_run_dir(out, name, prefix=prefix)
         for k in range(repeats):
-            for i, s in to_run:
+            for i, s in reversed(to_run) if alternate_from is not None and (alternate_from + k) % 2 else to_run:
                 assert s.config is not None
                 if stop():
                     return sides, True

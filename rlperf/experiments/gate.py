@@ -19,25 +19,30 @@ fourth step, a periodic log, a GC pause) does not move the p25, and the mean les
 sees everything, needs a quiet machine or many repeats) test one metric alone. Records without the
 mean are gated on the p25 alone, and the verdict warns that it is blind to such costs.
 
-**The test.** A run's figure is one sample; with ``x`` the baseline's log seconds per env step and
-``y`` the candidate's, ``mean(y) − mean(x)`` estimates the log of the ratio of their (geometric mean)
-times, with Welch's t interval (each side its own spread). "5% slower" is 1.05 × the baseline's time
-per env step (as pytest-benchmark and asv read it). FAIL when the interval's lower bound is above
-``ln(1.05)``, PASS when its upper bound is below, else INCONCLUSIVE: the two errors a gate must not
-make (failing identical code, passing a slowdown beyond its threshold) each stay below 5%. With two
-metrics a FAIL needs one of them above the threshold at 2.5% each (either may raise a false alarm),
-and a PASS needs both below at 5% each (a slowdown passes only if the metric that sees it passes it).
-Adding runs while inconclusive looks again at the same question; the errors it guards against are a
-threshold away from the truth in both directions, so the extra looks cost little (measured:
+**The test.** A run's figure is one sample, on log seconds per env step ("5% slower" is 1.05 × the
+baseline's time per env step, as pytest-benchmark and asv read it). Where the gate runs both sides
+itself it runs them in pairs, the order alternating (baseline first, then candidate first...), and
+tests the pairs' log ratios: the Hodges–Lehmann estimate with the Wilcoxon signed-rank interval
+(:class:`~rlperf.report.stats.PairedShift`). A shared machine changes speed in steps within seconds
+(measured here: ±20% per run); two runs side by side share the step, so the pairs cancel what two
+samples see as spread, and a pair split across a step is an outlier that ranks discount. Records
+given as they are have no pairs: ``mean(y) − mean(x)`` with Welch's t interval. FAIL when the
+interval's lower bound is above ``ln(1.05)``, PASS when its upper bound is below, else INCONCLUSIVE.
+With two metrics a FAIL needs one of them above the threshold at 2.5% each (either may raise a false
+alarm), and a PASS needs both below (a slowdown passes only if the metric that sees it passes it).
+Adaptive repeats look again after every pair and stop at the first look that decides: identical code
+sits a whole threshold below a FAIL, but a slowdown just above the threshold gets many chances to
+PASS, so a look of adaptive repeats passes at 1% (:data:`ALPHA_PASS_ADAPTIVE`), else at 5% (measured:
 scripts/bench_gate.py). The verdict also gives what the runs could see: the smallest slowdown their
 spread tells from none 95% of the time (:func:`detectable_line`), and how many runs a side would
-decide an inconclusive one. Interleaving the two sides' runs spreads slow drift of the machine over
-both, and every run uses the config's seed: on the CPU each repeat does the same work step by step,
-so the spread is the machine's, not the workload's.
+decide an inconclusive one. Every run uses the config's seed: on the CPU each repeat does the same
+work step by step, so the spread is the machine's, not the workload's.
 
 **Why it got slower.** Each phase's time per vector step (less CPU waits where the record has them)
-is tested the same way (:func:`phase_changes`), and where both sides carry cProfile's table, the
-functions whose time per vector step changed most (:func:`function_changes`).
+is tested the same way (pairs with the paired t: :func:`phase_changes`), and where both sides carry
+the line sampler's counts (``rlperf profile -- python x.py``) the lines, else where they carry
+cProfile's table the functions, whose time per vector step grew most (:func:`line_changes`,
+:func:`function_changes`).
 
 **What is compared.** Like with like: every record must agree on :data:`MEASURES` (what kind of
 run, which env and size, how many boards, the device, the machine, the timing mode, the rlperf
@@ -61,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from rlperf.errors import RlperfError
-from rlperf.report.stats import is_number, shift
+from rlperf.report.stats import PairedShift, Shift, is_number, paired_mean_shift, paired_shift, shift
 from rlperf.report.units import terminal_safe
 from rlperf.system import machine_text
 
@@ -71,8 +76,14 @@ POWER = 0.95
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
 MIN_RUNS = 2
 """Runs a side for a spread; a verdict from few runs is honest, and INCONCLUSIVE more often."""
-DEFAULT_REPEATS = 5
-DEFAULT_MAX_REPEATS = 15
+DEFAULT_REPEATS = 6
+"""Pairs the gate runs first: the fewest whose signed-rank interval can exclude anything at 2.5% (1 in 2**6)."""
+DEFAULT_MAX_REPEATS = 30
+ALPHA_PASS_ADAPTIVE = 0.01
+"""A PASS's error at each look of adaptive repeats. The gate looks again after every pair while inconclusive
+and stops at the first look that decides: the looks favour a PASS of a slowdown just above the threshold
+(at 5% a look, a 7.5% slowdown passed a 5% gate in one window of ten: scripts/bench_gate.py). A FAIL keeps
+ALPHA (identical code sits a whole threshold below it), and a PASS is the error that ships a regression."""
 DEFAULT_METRIC = "step-p25+mean"
 METRICS = (DEFAULT_METRIC, "step-p25", "step-mean", "step-median", "throughput")
 _STEP_FIELD = {"step-p25": "p25_ms", "step-median": "p50_ms", "step-mean": "mean_less_wait_ms"}
@@ -107,6 +118,9 @@ def tested(metric: str, records: Iterable[Mapping[str, Any]]) -> tuple[tuple[str
                            "was tested, and it does not see a cost on fewer than 3 steps in 4 (--gate-metric throughput does)")
 TEST = ("Welch's t interval of the ratio of the sides' times per env step (on log times); fail when its lower "
         "bound is above 1 + threshold, pass when its upper bound is below, else inconclusive")
+TEST_PAIRED = ("Wilcoxon signed-rank interval of the ratio of the sides' times per env step, pair by pair (on log "
+               "times; the runs interleaved, the order alternating in each pair), around its Hodges-Lehmann estimate; "
+               "fail when its lower bound is above 1 + threshold, pass when its upper bound is below, else inconclusive")
 
 
 def parse_threshold(text: str) -> float:
@@ -170,25 +184,31 @@ def _signed_pct(x: float) -> str:
 
 def _ratio(log_shift: float) -> float:
     """A shift of log times as a slowdown (the candidate's time over the baseline's, less 1)."""
-    return math.expm1(min(log_shift, 700.0))
+    return math.inf if log_shift == math.inf else math.expm1(min(log_shift, 700.0))
+
+
+def _bound_pct(log_bound: float) -> str:
+    return _signed_pct(_ratio(log_bound)) if math.isfinite(log_bound) else "unbounded"
 
 
 def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: float, metric: str = "step-p25",
-            alpha_fail: float = ALPHA, alpha_pass: float = ALPHA) -> dict[str, Any]:
+            alpha_fail: float = ALPHA, alpha_pass: float = ALPHA, paired: bool = False) -> dict[str, Any]:
     """The gate's decision on seconds per env step of each side's runs, for one metric; see the module docstring.
 
     FAIL when the ``1 − alpha_fail`` lower bound of the slowdown is above the threshold, PASS when the
-    ``1 − alpha_pass`` upper bound is below it, INCONCLUSIVE otherwise."""
+    ``1 − alpha_pass`` upper bound is below it, INCONCLUSIVE otherwise. ``paired``: each side's k-th runs
+    ran side by side (the signed-rank test of their ratios), else the sides are two samples (Welch)."""
     if min(len(baseline), len(candidate)) < MIN_RUNS:
         raise RlperfError(f"{len(baseline)} baseline and {len(candidate)} candidate runs have no spread to test",
                           hint=f"run each side at least {MIN_RUNS} times (--repeats {DEFAULT_REPEATS} is the default), "
                                "or pass more records")
-    d = shift([math.log(v) for v in baseline], [math.log(v) for v in candidate])
+    logs = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
+    d: Shift | PairedShift = paired_shift(*logs) if paired else shift(*logs)
     limit = math.log1p(threshold)
     lower, upper = d.bound(alpha_fail, upper=False), d.bound(alpha_pass, upper=True)
     slowdown = _ratio(d.estimate)
     word = "slower" if slowdown >= 0 else "faster"
-    interval = f"{_signed_pct(_ratio(lower))} to {_signed_pct(_ratio(upper))}"
+    interval = f"{_bound_pct(lower)} to {_bound_pct(upper)}"
     detectable = d.resolution(alpha_fail, POWER)
     more: int | None = None
     if lower > limit:
@@ -208,7 +228,6 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         reason = (f"the candidate looks {_pct(abs(slowdown))} {word}, but its interval {interval} holds the "
                   f"{_pct(threshold)} threshold: the runs cannot tell; {decide}")
     speedup, said = _speedup(lower, upper, slowdown)
-    reason += said
     return {
         "schema": 2,
         "kind": "gate",
@@ -217,7 +236,7 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         "metric": metric,
         "threshold": threshold,
         "slowdown": slowdown,
-        "interval": [_ratio(lower), _ratio(upper)],
+        "interval": [_ratio(x) if math.isfinite(x) else None for x in (lower, upper)],
         "confidence": {"fail": 1 - alpha_fail, "pass": 1 - alpha_pass},
         "p_value": d.p_above(limit),
         "p_below": 1 - d.p_above(limit),
@@ -226,9 +245,10 @@ def verdict(baseline: Sequence[float], candidate: Sequence[float], threshold: fl
         "fails_above": _ratio(limit + detectable),
         "more_runs_a_side": more,
         "spread": [math.expm1(s) for s in d.sd],
+        "pair_spread": math.expm1(d.pair_spread) if isinstance(d, PairedShift) else None, "paired": paired,
         "speedup": speedup,
-        "test": TEST,
-        "reason": reason,
+        "test": TEST_PAIRED if paired else TEST,
+        "reason": reason + said,
         "n": [len(baseline), len(candidate)],
     }
 
@@ -244,14 +264,15 @@ def _speedup(lower: float, upper: float, slowdown: float) -> tuple[str, str]:
 
 
 def decide(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], threshold: float,
-           metric: str) -> dict[str, Any]:
+           metric: str, paired: bool = False, alpha_pass: float = ALPHA) -> dict[str, Any]:
     """The gate's decision over one or more single metrics (``samples``: metric -> (baseline,
     candidate) seconds per env step): FAIL when one fails, each tested at ``ALPHA / len(samples)``
     (a false alarm on either stays below ALPHA); PASS when every one passes, each at ``ALPHA`` (a
-    slowdown passes only if the metric that sees it passes it); INCONCLUSIVE otherwise. The verdict
+    slowdown passes only if the metric that sees it passes it; ``alpha_pass`` with adaptive repeats);
+    INCONCLUSIVE otherwise. The verdict
     is the deciding metric's (the larger slowdown among those failing, else among those
-    inconclusive, else among all); ``checks`` holds each metric's own."""
-    checks = {m: verdict(b, c, threshold, m, ALPHA / len(samples), ALPHA) for m, (b, c) in samples.items()}
+    inconclusive, else among all); ``checks`` holds each metric's own. ``paired``: see :func:`verdict`."""
+    checks = {m: verdict(b, c, threshold, m, ALPHA / len(samples), alpha_pass, paired) for m, (b, c) in samples.items()}
     by = {o: [v for v in checks.values() if v["verdict"] == o] for o in EXIT_CODES}
     outcome = "fail" if by["fail"] else "inconclusive" if by["inconclusive"] else "pass"
     chosen = max(by[outcome], key=lambda v: v["slowdown"])
@@ -261,23 +282,25 @@ def decide(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], thres
                detectable_slowdown=max(v["detectable_slowdown"] for v in checks.values()),
                fails_above=max(v["fails_above"] for v in checks.values()),
                checks={m: {k: v[k] for k in ("verdict", "slowdown", "interval", "confidence", "p_value",
-                                             "detectable_slowdown", "more_runs_a_side", "spread", "reason")}
+                                             "detectable_slowdown", "more_runs_a_side", "spread", "pair_spread",
+                                             "reason")}
                        for m, v in checks.items()})
     if outcome == "inconclusive":
         wanted = [v["more_runs_a_side"] for v in by["inconclusive"]]
         out["more_runs_a_side"] = None if None in wanted else max(wanted)
     if len(checks) > 1:
-        out["test"] = TEST + (f"; fail when either of {' and '.join(checks)} fails (each at {ALPHA / len(checks):g}), "
-                              "pass when both pass")
+        out["test"] = chosen["test"] + (f"; fail when either of {' and '.join(checks)} fails (each at "
+                                        f"{ALPHA / len(checks):g}), pass when both pass")
     return out
 
 
-def missing_note(left: Mapping[str, Sequence[str]], outcome: str) -> str:
-    """``2 candidate runs did not complete (c4, c5), counted as missing; the others still decide it: ``."""
+def missing_note(left: Mapping[str, Sequence[str]], outcome: str, paired: bool = False) -> str:
+    """``2 candidate runs did not complete (c4, c5), counted as missing; the others still decide it: ``
+    (``paired``: each with its pair)."""
     parts = [f"{len(names)} {side} run{'s' if len(names) != 1 else ''} did not complete ({', '.join(names[:4])}"
              f"{', …' if len(names) > 4 else ''})" for side, names in left.items() if names]
     still = "the others still decide it" if outcome != "inconclusive" else "the others do not decide it"
-    return terminal_safe(f"{' and '.join(parts)}, counted as missing; {still}: ")
+    return terminal_safe(f"{' and '.join(parts)}, counted as missing{' with their pairs' if paired else ''}; {still}: ")
 
 
 def too_few(n: int, m: int, left: Mapping[str, Sequence[str]], threshold: float, metric: str) -> dict[str, Any]:
@@ -306,9 +329,11 @@ def verdict_line(v: Mapping[str, Any]) -> str:
 def detectable_line(v: Mapping[str, Any]) -> str:
     """What the gate could see, from the runs' spread, and whether its threshold is inside it."""
     spread = v.get("spread") or [0.0, 0.0]
+    per = (f"spread of a pair's ratio ±{_pct(v['pair_spread'])}" if v.get("pair_spread") is not None
+           else f"spread per run ±{_pct(spread[0])} baseline, ±{_pct(spread[1])} candidate")
     line = (f"detectable: {_pct(v['detectable_slowdown'])} — the smallest slowdown these runs tell from none "
-            f"({round(100 * POWER)}% of the time, at {round(100 * (1 - v['alpha']))}% confidence; spread per run "
-            f"±{_pct(spread[0])} baseline, ±{_pct(spread[1])} candidate); at this threshold a slowdown above "
+            f"({round(100 * POWER)}% of the time, at {round(100 * (1 - v['alpha']))}% confidence; {per}); "
+            f"at this threshold a slowdown above "
             f"{_pct(v['fails_above'])} fails {round(100 * POWER)}% of the time")
     if v["threshold"] < v["detectable_slowdown"]:
         line += (f"; the {_pct(v['threshold'])} threshold is below what these runs can see: more runs a side "
@@ -381,7 +406,9 @@ def gather(baseline: list[Any], candidate: list[Any], repeats: int, metric: str,
     Returns the two :class:`~rlperf.experiments.compare.Side` objects and whether a Ctrl-C cut
     the runs short. Refuses, before anything runs, a record without the gate's metric. Adaptive
     repeats: while ``undecided(baseline_side, candidate_side)`` holds, one more run of each config
-    side (interleaved, into the same folder) until ``max_repeats`` a side.
+    side (interleaved, into the same folder) until ``max_repeats`` a side. Two config sides run as pairs
+    whose order alternates (baseline first, then candidate first, ...), tested pair by pair (``paired``
+    in :func:`result`).
     """
     from rlperf.experiments.compare import Side, run_sources
 
@@ -396,7 +423,8 @@ def gather(baseline: list[Any], candidate: list[Any], repeats: int, metric: str,
     into: Path | None = None
     done, batch = 0, repeats
     while True:
-        ran, interrupted = run_sources(to_run, batch, prefix="gate", vary_seed=False, into=into, **run_kwargs)
+        ran, interrupted = run_sources(to_run, batch, prefix="gate", vary_seed=False, into=into, alternate_from=done,
+                                       **run_kwargs)
         for side in ran:  # only config sources ran: their sides hold the new runs alone
             sides[side.label].records.extend(side.records)
             if side.records and into is None:  # the later pairs go beside the first runs
@@ -427,6 +455,39 @@ def samples(side: Any, metric: str) -> list[float]:
     return out
 
 
+def paired_samples(base: Any, cand: Any, metric: str) -> tuple[list[float], list[float]]:
+    """Seconds per env step of the pairs the gate ran side by side (each side's k-th run) where both runs
+    completed: a run that did not takes its pair with it."""
+    b, c = [], []
+    for x, y in _pairs(base, cand):
+        vx, vy = time_per_env_step(x, metric), time_per_env_step(y, metric)
+        if vx is not None and vy is not None:
+            b.append(check_plausible(vx, f"its time per env step ({metric})", _name(x)))
+            c.append(check_plausible(vy, f"its time per env step ({metric})", _name(y)))
+    return b, c
+
+
+def pair_records(base: Any, cand: Any) -> bool:
+    """Whether two sides of records ran as interleaved pairs: as many runs a side, and by their start
+    times each side's k-th run next to the other side's k-th (``base, cand, cand, base, ...`` or any
+    order within a pair; the README's CI recipe). If so, each side's records are put in start order,
+    for :func:`result` to test them pair by pair, and True; records run otherwise are two samples."""
+    b, c = base.records, cand.records
+    if len(b) != len(c) or len(b) < MIN_RUNS or not all(isinstance(r.get("started_at"), str) for r in b + c):
+        return False
+    b, c = sorted(b, key=lambda r: r["started_at"]), sorted(c, key=lambda r: r["started_at"])
+    times = sorted([(r["started_at"], 0, k) for k, r in enumerate(b)] + [(r["started_at"], 1, k) for k, r in enumerate(c)])
+    if any({(side, k) for _, side, k in times[2 * k:2 * k + 2]} != {(0, k), (1, k)} for k in range(len(b))):
+        return False
+    base.records[:], cand.records[:] = b, c
+    return True
+
+
+def _pairs(base: Any, cand: Any) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """Each side's k-th run, where both completed (a signal may leave the last pair half run)."""
+    return [(x, y) for x, y in zip(base.records, cand.records, strict=False) if _completed(x) and _completed(y)]
+
+
 def run_names(side: Any, completed: bool | None = None) -> list[str]:
     """The names of a side's runs, as their records give them (``completed``: only those that did, or did not)."""
     return [str(r.get("name") or r.get("run_dir") or "?") for r in side.records
@@ -446,12 +507,15 @@ def compared_line(v: Mapping[str, Any], show: int = 6) -> str:
 
 
 def result(base: Any, cand: Any, threshold: float, metric: str, allow: Collection[str] = (),
-           inconclusive: str | None = None) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
+           inconclusive: str | None = None, paired: bool = False,
+           adaptive: bool = False) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
     """The verdict on the gathered sides with what it rests on (each side's samples, names and run
     directories, the config changes, the phases and functions that changed, what the runs could
     detect, the comparison), and the deciding metric's two samples. Runs that did not complete count
     as missing: too few left is an INCONCLUSIVE verdict that says so. ``inconclusive``: "pass" or
-    "fail" makes an INCONCLUSIVE verdict exit 0 or 1 instead of 3."""
+    "fail" makes an INCONCLUSIVE verdict exit 0 or 1 instead of 3. ``paired``: the gate ran both sides
+    itself, interleaved, so each side's k-th runs are a pair (tested pair by pair: :func:`verdict`).
+    ``adaptive``: these runs are one look of several (adaptive repeats): a PASS at ALPHA_PASS_ADAPTIVE."""
     from rlperf.experiments.compare import compare as build_comparison
 
     changed = check_like_with_like({side.label: [(name, measures(r)) for name, r in
@@ -459,21 +523,25 @@ def result(base: Any, cand: Any, threshold: float, metric: str, allow: Collectio
                                     for side in (base, cand)}, allow)
     completed = [[r for r in side.records if _completed(r)] for side in (base, cand)]
     metrics, fallback = tested(metric, completed[0] + completed[1])
-    per = {m: (samples(base, m), samples(cand, m)) for m in metrics}
+    if paired:
+        pairs = _pairs(base, cand)
+        completed = [[x for x, _ in pairs], [y for _, y in pairs]]
+    per = {m: paired_samples(base, cand, m) if paired else (samples(base, m), samples(cand, m)) for m in metrics}
     left = {side.label: run_names(side, completed=False) for side in (base, cand)}
     b, c = per[metrics[0]]
     if min(len(b), len(c)) < MIN_RUNS:
         out = too_few(len(b), len(c), left, threshold, metric)
     else:
-        out = decide(per, threshold, metric)
+        out = decide(per, threshold, metric, paired, ALPHA_PASS_ADAPTIVE if adaptive else ALPHA)
         b, c = per[out["decided_by"]]
         if any(left.values()):
-            out["reason"] = missing_note(left, out["verdict"]) + out["reason"]
+            out["reason"] = missing_note(left, out["verdict"], paired) + out["reason"]
     if out["verdict"] == "inconclusive" and inconclusive is not None:
         out["exit_code"] = 0 if inconclusive == "pass" else 1
-    out["phases"] = phase_changes(completed[0], completed[1])
-    out["functions"] = function_changes(completed[0], completed[1])
-    out["why"] = why_line(out["phases"], out["functions"])
+    out["phases"] = phase_changes(completed[0], completed[1], paired)
+    out["functions"] = function_changes(completed[0], completed[1], paired=paired)
+    out["lines"] = line_changes(completed[0], completed[1], paired=paired)
+    out["why"] = why_line(out["phases"], out["functions"], out["lines"])
     comparison = build_comparison([base, cand])
     for side, values in ((base, b), (cand, c)):
         out[side.label] = {"source": side.source, "samples_s_per_env_step": values,
@@ -499,33 +567,66 @@ def _step_ms(record: Mapping[str, Any]) -> tuple[float | None, bool]:
     return (float(mean) if is_number(mean) and mean > 0 else None), False
 
 
+OUTSIDE = "outside the phases"
+"""The step's time in none of the loop's phases (a hook, the loop's own Python): tested as a phase is,
+so a cost there is named as such instead of spread over the phases by their shares."""
+
+
 def phase_ms(record: Mapping[str, Any], phase: str) -> dict[str, float]:
     """A phase's ms per vector step in one record, two ways as the gate's step: ``median``, its median
     call × calls per step (where waits for a CPU rarely land; blind to a cost on a few calls), and
-    ``mean``, its share of the phases' time × the mean step less CPU waits (waits fall on the phases as
-    their time does), else its total over the measured steps (waits included)."""
+    ``mean``, its total over the measured steps less its part of the CPU waits (waits fall on the
+    phases as their time does; :func:`_mean_ms`). :data:`OUTSIDE`: the mean step less CPU waits less
+    every phase's mean."""
+    if phase == OUTSIDE:
+        return _outside_ms(record)
     stats = (record.get("phases") or {}).get(phase) or {}
     steps = (record.get("timing") or {}).get("measured_steps")
     out = {}
     p50, calls = stats.get("p50_ms"), stats.get("calls")
     if is_number(p50) and p50 > 0 and is_number(calls) and is_number(steps) and steps > 0:
         out["median"] = p50 * calls / steps
-    step, less_wait = _step_ms(record)
-    share, total = stats.get("share"), stats.get("total_s")
-    if less_wait and step is not None and is_number(share) and 0 < share <= 1:
-        out["mean"] = share * step
-    elif is_number(total) and total > 0 and is_number(steps) and steps > 0:
-        out["mean"] = 1e3 * total / steps
+    mean = _mean_ms(record, stats)
+    if mean is not None:
+        out["mean"] = mean
     return out
 
 
-def _change(name: str, b: Sequence[float], c: Sequence[float], tests: int) -> dict[str, Any] | None:
+def _mean_ms(record: Mapping[str, Any], stats: Mapping[str, Any]) -> float | None:
+    """A phase's total over the measured steps in ms per step, × the part of the steps' time not spent
+    waiting for a CPU (where the record has it); its share × the mean step less waits where it has no total."""
+    steps = (record.get("timing") or {}).get("measured_steps")
+    total, share = stats.get("total_s"), stats.get("share")
+    step, less_wait = _step_ms(record)
+    if is_number(total) and total > 0 and is_number(steps) and steps > 0:
+        mean = (((record.get("timing") or {}).get("vector_step") or {}).get("mean_ms"))
+        scale = min(step / mean, 1.0) if less_wait and step is not None and is_number(mean) and mean > 0 else 1.0
+        return 1e3 * total / steps * scale
+    if less_wait and step is not None and is_number(share) and 0 < share <= 1:
+        return share * step
+    return None
+
+
+def _outside_ms(record: Mapping[str, Any]) -> dict[str, float]:
+    """``{"mean": ms}`` of the step outside every phase (at least a nanosecond: the phases' means and the
+    step's are read over slightly different steps, and a log needs a positive time); none without phases."""
+    step, _ = _step_ms(record)
+    inside = [_mean_ms(record, stats) for stats in (record.get("phases") or {}).values() if isinstance(stats, Mapping)]
+    if step is None or not inside or any(v is None for v in inside):
+        return {}
+    rest = step - sum(v for v in inside if v is not None)
+    return {"mean": max(rest, 1e-6)}
+
+
+def _change(name: str, b: Sequence[float], c: Sequence[float], tests: int, paired: bool = False) -> dict[str, Any] | None:
     """One phase's or function's change in ms per vector step: the difference of the sides' means, and
-    the test of "slower at all" as the gate's (Welch on log times: the machine's speed scales them) at
+    the test of "slower at all" on log times (the machine's speed scales them; pair by pair with the
+    paired t where ``paired``: a few pairs cannot reach ALPHA / tests on signed ranks, else Welch's) at
     ALPHA / tests, with its one-sided p-value and the ratio's 1 − ALPHA/tests interval."""
     if min(len(b), len(c)) < MIN_RUNS or min(*b, *c) <= 0:
         return None
-    d = shift([math.log(v) for v in b], [math.log(v) for v in c])
+    logs = [math.log(v) for v in b], [math.log(v) for v in c]
+    d = paired_mean_shift(*logs) if paired else shift(*logs)
     alpha = ALPHA / max(tests, 1)
     return {"name": name, "baseline_ms": statistics.fmean(b), "candidate_ms": statistics.fmean(c),
             "delta_ms": statistics.fmean(c) - statistics.fmean(b),
@@ -533,21 +634,29 @@ def _change(name: str, b: Sequence[float], c: Sequence[float], tests: int) -> di
             "p_value": d.p_above(0.0), "alpha": alpha, "slower": d.bound(alpha, upper=False) > 0}
 
 
-def phase_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def phase_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+                  paired: bool = False) -> list[dict[str, Any]]:
     """Each phase both sides timed, its change in ms per vector step tested like the gate's step (its
     median call and its mean, each at ALPHA / (2 × phases)): slower when either is; the phases that got
-    slower first, by their change, then the rest."""
+    slower first, by their change, then the rest. ``paired``: ``base[k]`` and ``cand[k]`` ran side by side."""
     names = [n for n in dict.fromkeys(k for r in [*base, *cand] for k in (r.get("phases") or {}))
              if all(n in (r.get("phases") or {}) for r in [*base, *cand])]
+    if names and all(_outside_ms(r) for r in [*base, *cand]):
+        names.append(OUTSIDE)
     out = []
     for name in names:
         found: dict[str, dict[str, Any]] = {}
         for form in ("median", "mean"):
-            values = [[v[form] for v in (phase_ms(r, name) for r in side) if form in v] for side in (base, cand)]
             for r in [*base, *cand]:
                 if form in (v := phase_ms(r, name)):
                     check_plausible(v[form] / 1e3, f"its {name} phase's time per vector step", _name(r))
-            change = _change(name, values[0], values[1], 2 * len(names))
+            if paired:
+                both = [(x[form], y[form]) for x, y in ((phase_ms(p, name), phase_ms(q, name))
+                                                         for p, q in zip(base, cand, strict=True)) if form in x and form in y]
+                values = [[x for x, _ in both], [y for _, y in both]]
+            else:
+                values = [[v[form] for v in (phase_ms(r, name) for r in side) if form in v] for side in (base, cand)]
+            change = _change(name, values[0], values[1], 2 * len(names), paired)
             if change is not None:
                 found[form] = dict(change, form=form)
         if found:
@@ -569,15 +678,48 @@ def _function_ms(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def function_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
-                     show: int = 3) -> list[dict[str, Any]]:
+                     show: int = 3, paired: bool = False) -> list[dict[str, Any]]:
     """Where both sides carry cProfile's table in every run: the functions in every one of them whose
     own time per vector step grew most (tested as the phases are)."""
     tables = [[_function_ms(r) for r in side] for side in (base, cand)]
     if not all(tables[0]) or not all(tables[1]):
         return []
     common = set.intersection(*(set(t) for side in tables for t in side))
-    changes = [c for c in (_change(f, [t[f] for t in tables[0]], [t[f] for t in tables[1]], len(common))
+    changes = [c for c in (_change(f, [t[f] for t in tables[0]], [t[f] for t in tables[1]], len(common), paired)
                            for f in sorted(common)) if c is not None]
+    return sorted(changes, key=lambda c: -c["delta_ms"])[:show]
+
+
+def _line_ms(record: Mapping[str, Any]) -> dict[str, float]:
+    """The line sampler's samples per line of the user's code (``rlperf profile -- python x.py``), as ms per
+    vector step: the samples with the line innermost of the user's frames, over all samples, × the mean step."""
+    sampled = (((record.get("profile") or {}).get("evidence") or {}).get("line_samples") or {})
+    total, rows = sampled.get("samples"), sampled.get("lines") or []
+    step, _ = _step_ms(record)
+    if not (is_number(total) and total > 0 and step is not None):
+        return {}
+    return {f"{row[0]}:{row[1]}({row[2]})": row[3] / total * step for row in rows
+            if isinstance(row, list) and len(row) == 5 and is_number(row[3]) and row[3] > 0}
+
+
+def line_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+                 show: int = 3, paired: bool = False) -> list[dict[str, Any]]:
+    """Where both sides carry the line sampler's counts in every run: the lines whose time per vector step
+    grew most (tested as the functions are; a line sampled in some runs only counts 0 in the others)."""
+    tables = [[_line_ms(r) for r in side] for side in (base, cand)]
+    if not all(tables[0]) or not all(tables[1]):
+        return []
+    grown = sorted(set().union(*(set(t) for t in tables[1])))
+    alpha = ALPHA / max(len(grown), 1)
+    changes: list[dict[str, Any]] = []
+    for line in grown:  # in ms, not log ms: a line new in the candidate has no time in the baseline
+        b, c = [t.get(line, 0.0) for t in tables[0]], [t.get(line, 0.0) for t in tables[1]]
+        if min(len(b), len(c)) < MIN_RUNS:
+            continue
+        d = paired_mean_shift(b, c) if paired and len(b) == len(c) else shift(b, c)
+        changes.append({"name": line, "baseline_ms": statistics.fmean(b), "candidate_ms": statistics.fmean(c),
+                        "delta_ms": statistics.fmean(c) - statistics.fmean(b), "p_value": d.p_above(0.0),
+                        "alpha": alpha, "slower": d.bound(alpha, upper=False) > 0})
     return sorted(changes, key=lambda c: -c["delta_ms"])[:show]
 
 
@@ -591,14 +733,16 @@ def _where(function: str) -> str:
     return f"{match.group(1)}:{match.group(2)} {match.group(3)}()" if match else function
 
 
-def why_line(phases: Sequence[Mapping[str, Any]], functions: Sequence[Mapping[str, Any]]) -> str | None:
+def why_line(phases: Sequence[Mapping[str, Any]], functions: Sequence[Mapping[str, Any]],
+             lines: Sequence[Mapping[str, Any]] = ()) -> str | None:
     """``slower: push +0.41 ms per vector step (p < 0.01), buffer.py:88 add()``: the phases that got slower
-    beyond the noise, the largest first, with the function whose time grew most; None when none did."""
+    beyond the noise, the largest first, with the lines (the line sampler's) or else the functions
+    (cProfile's, at their ``def`` line) whose time grew most; None when no phase got slower."""
     slower = [c for c in phases if c["slower"]]
     if not slower:
         return None
     parts = [f"{terminal_safe(c['name'])} {c['delta_ms']:+.3g} ms per vector step ({_p(c['p_value'])})" for c in slower[:3]]
-    grew = [f for f in functions if f["slower"]]
+    grew = [f for f in lines if f["slower"]] or [f for f in functions if f["slower"]]
     if grew:
         parts[0] += ", " + "; ".join(f"{terminal_safe(_where(f['name']))} {f['delta_ms']:+.3g} ms" for f in grew[:2])
     return "slower: " + "; ".join(parts)
