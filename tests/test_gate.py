@@ -7,6 +7,7 @@ import json
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -571,26 +572,35 @@ def test_a_value_that_overflows_is_a_damaged_record(where: str, tmp_path: Path, 
     assert code == 2 and out == "" and err.count("\n") == 1 and "a damaged record" in err and "c0" in err, err
 
 
-def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path, capsys) -> None:
-    """push took 0.4 ms more per vector step, all of it in buffer.py's add(): the verdict says so, tested."""
+def _phase_runs(tmp_path: Path, profile: Callable[[float, float, float, float, float], dict]) -> dict[str, list[Path]]:
+    """Five records a side, the candidate 0.4 ms a vector step slower, all of it in push; ``profile(jitter,
+    extra, step_ms, push_ms, select_ms)`` gives each record's ``profile`` section."""
     runs: dict[str, list[Path]] = {"base": [], "cand": []}
     for side, extra in (("base", 0.0), ("cand", 0.4)):
         for i, jitter in enumerate((1.0, 1.01, 0.99, 1.005, 0.995)):
             step_ms = (2.0 + extra) * jitter
             run = write_record(tmp_path / side, f"{side[0]}{i}", 1e3 * step_ms / 16, mean_us=1e3 * step_ms / 16)
             push_ms, select_ms = (0.5 + extra) * jitter, 1.5 * jitter
+            section = profile(jitter, extra, step_ms, push_ms, select_ms)
 
             def fill(r: dict, push_ms: float = push_ms, select_ms: float = select_ms, step_ms: float = step_ms,
-                     add_ms: float = 0.1 * jitter + extra) -> None:
+                     section: dict = section) -> None:
                 r["timing"]["measured_steps"] = 1000
                 r["phases"] = {"select": {"total_s": select_ms, "share": select_ms / step_ms},
                                "push": {"total_s": push_ms, "share": push_ms / step_ms}}
-                r["profile"] = {"cprofile": {"total_s": step_ms, "top": [
-                    {"function": "rlperf/buffer.py:88(add)", "tottime": add_ms, "cumtime": push_ms},
-                    {"function": "rlperf/dqn.py:200(act)", "tottime": select_ms, "cumtime": select_ms}]}}
+                r["profile"] = section
 
             _edit(run, fill)
             runs[side].append(run)
+    return runs
+
+
+def test_the_verdict_names_the_phase_and_function_that_got_slower(tmp_path: Path, capsys) -> None:
+    """push took 0.4 ms more per vector step, all of it in buffer.py's add(): the verdict says so, tested."""
+    runs = _phase_runs(tmp_path, lambda jitter, extra, step_ms, push_ms, select_ms: {"cprofile": {
+        "total_s": step_ms, "top": [
+            {"function": "rlperf/buffer.py:88(add)", "tottime": 0.1 * jitter + extra, "cumtime": push_ms},
+            {"function": "rlperf/dqn.py:200(act)", "tottime": select_ms, "cumtime": select_ms}]}})
     code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
                               "--fail-if-slower", "5%", "--no-plot"], capsys)
     assert code == 1, err
@@ -617,26 +627,14 @@ def test_the_verdict_names_the_line_where_the_line_sampler_saw_it(tmp_path: Path
     """Records of ``rlperf profile -- python x.py`` carry the line sampler's counts: the candidate spends
     0.4 ms more per vector step on line 91 of buffer.py (a line the baseline never sampled); the verdict
     names that line, not add()'s ``def`` line that cProfile gives."""
-    runs: dict[str, list[Path]] = {"base": [], "cand": []}
-    for side, extra in (("base", 0.0), ("cand", 0.4)):
-        for i, jitter in enumerate((1.0, 1.01, 0.99, 1.005, 0.995)):
-            step_ms = (2.0 + extra) * jitter
-            run = write_record(tmp_path / side, f"{side[0]}{i}", 1e3 * step_ms / 16, mean_us=1e3 * step_ms / 16)
-            push_ms, select_ms = (0.5 + extra) * jitter, 1.5 * jitter
-            lines = [["/src/x.py", 40, "act", round(1000 * select_ms / step_ms), 900],
-                     ["/src/buffer.py", 88, "add", round(1000 * 0.5 * jitter / step_ms), 300]]
-            if extra:
-                lines.append(["/src/buffer.py", 91, "add", round(1000 * extra * jitter / step_ms), 200])
+    def samples(jitter: float, extra: float, step_ms: float, push_ms: float, select_ms: float) -> dict:
+        lines = [["/src/x.py", 40, "act", round(1000 * select_ms / step_ms), 900],
+                 ["/src/buffer.py", 88, "add", round(1000 * 0.5 * jitter / step_ms), 300]]
+        if extra:
+            lines.append(["/src/buffer.py", 91, "add", round(1000 * extra * jitter / step_ms), 200])
+        return {"evidence": {"line_samples": {"interval_s": 0.005, "samples": 1000, "lines": lines}}}
 
-            def fill(r: dict, push_ms: float = push_ms, select_ms: float = select_ms, step_ms: float = step_ms,
-                     lines: list = lines) -> None:
-                r["timing"]["measured_steps"] = 1000
-                r["phases"] = {"select": {"total_s": select_ms, "share": select_ms / step_ms},
-                               "push": {"total_s": push_ms, "share": push_ms / step_ms}}
-                r["profile"] = {"evidence": {"line_samples": {"interval_s": 0.005, "samples": 1000, "lines": lines}}}
-
-            _edit(run, fill)
-            runs[side].append(run)
+    runs = _phase_runs(tmp_path, samples)
     code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
                               "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
     v = json.loads(out)
