@@ -520,6 +520,20 @@ def pay_updates(agent: Agent, buffer: ReplayBuffer, progress: Progress, loss_sum
     progress.updates = agent.updates
 
 
+def read_mean_loss(progress: Progress, loss_sum: torch.Tensor, log_boundary: bool) -> None:
+    """The interval's mean loss into ``progress`` (a host read); a non-finite one marks the run diverged."""
+    if not progress.loss_count:
+        return
+    progress.last_loss = float(loss_sum) / progress.loss_count
+    # The interval goes on past a run's last step that is not a log boundary: a resume that
+    # extends the run logs the same mean as one uninterrupted run.
+    if log_boundary:
+        loss_sum.zero_()
+        progress.loss_count = 0
+    if not math.isfinite(progress.last_loss):
+        progress.status = "diverged"
+
+
 def run_loop(
     cfg: Config,
     env: Any,
@@ -563,10 +577,24 @@ def run_loop(
         return {"wall_s": timer.measured_wall_now(), "run_wall_s": run_wall() if run_wall else timer.measured_wall_now(),
                 "env_steps": progress.env_steps, "updates": progress.updates}
 
+    def log_if_due(log_boundary: bool) -> None:
+        """The log phase's read of the mean loss and ``on_log``, at a log boundary or the run's end.
+        A stop inside the step's updates leaves some owed: the row waits for them (paid first on
+        resume), so that the resumed run logs what one uninterrupted run logs."""
+        if not (log_boundary or finished(progress)) or progress.owed_updates >= 1.0:
+            return
+        read_mean_loss(progress, loss_sum, log_boundary)
+        # CUDA events mode: resolve the interval's event pairs here, where the loss read
+        # has synchronised anyway, not when the pending list overflows mid-phase.
+        timer.flush()
+        on_log(progress)
+
     with gc_mode(t.gc):
         if progress.owed_updates >= 1.0:  # a resume of a run stopped inside a vector step's updates
             with timer.phase("train"):
                 pay_updates(agent, buffer, progress, loss_sum, should_stop)
+            with timer.phase("log"):  # the interrupted step's log row, if it was a boundary
+                log_if_due(progress.vector_steps % t.log_every == 0)
         while not finished(progress) and not should_stop():
             with timer.phase("select"):
                 progress.epsilon = epsilon_at(cfg, progress.env_steps)
@@ -598,20 +626,7 @@ def run_loop(
                 # Flushed at every log boundary too, so a checkpoint taken there holds every episode.
                 if episodes.full or (log_boundary and episodes.filled):
                     progress.add_episodes(*episodes.flush(progress.env_steps), clock=clock)
-                if log_boundary or finished(progress):
-                    if progress.loss_count:
-                        progress.last_loss = float(loss_sum) / progress.loss_count
-                        # The interval goes on past a run's last step that is not a log boundary: a
-                        # resume that extends the run logs the same mean as one uninterrupted run.
-                        if log_boundary:
-                            loss_sum.zero_()
-                            progress.loss_count = 0
-                        if not math.isfinite(progress.last_loss):
-                            progress.status = "diverged"
-                    # CUDA events mode: resolve the interval's event pairs here, where the loss read
-                    # has synchronised anyway, not when the pending list overflows mid-phase.
-                    timer.flush()
-                    on_log(progress)
+                log_if_due(log_boundary)
             timer.step_done()
             if on_step is not None:
                 on_step()

@@ -371,7 +371,11 @@ def test_extending_a_completed_run_reproduces_the_uninterrupted_run(tmp_path: Pa
     assert_same_run(baseline, run_dir)
 
 
-def test_a_stop_inside_one_steps_updates_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# Learning starts at vector step 13 (208 transitions of 16 boards): the 21st learning step is vector
+# step 33, the 28th is 40, a log boundary whose row must wait for the updates still owed.
+@pytest.mark.parametrize("learning_step", [21, 28], ids=["inside-an-interval", "at-a-log-boundary"])
+def test_a_stop_inside_one_steps_updates_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          learning_step: int) -> None:
     """Ctrl-C between two of a vector step's 40 updates stops there; the updates still owed are paid
     first on resume, so weights, replay and curve are the uninterrupted run's."""
     cfg = config_from("smoke", ["run.threads=1", "run.device=cpu", "train.log_every=10", "train.train_ratio=40"],
@@ -382,7 +386,7 @@ def test_a_stop_inside_one_steps_updates_resumes_exactly(tmp_path: Path, monkeyp
 
     def update(self: Any, buffer: Any) -> torch.Tensor:
         calls.append(1)
-        if len(calls) == 40 * 20 + 7:  # the 8th update of a step that is not a log boundary
+        if len(calls) == 40 * (learning_step - 1) + 7:  # the 8th update of that step
             os.kill(os.getpid(), signal.SIGINT)
         return real(self, buffer)
 
@@ -390,7 +394,7 @@ def test_a_stop_inside_one_steps_updates_resumes_exactly(tmp_path: Path, monkeyp
     cut = train_run(cfg, out=tmp_path / "cut", quiet=True, dashboard=False)
     monkeypatch.setattr(runner.Agent, "update", real)
     assert cut.exit_code == 130 and cut.record["status"] == "interrupted"
-    assert cut.record["totals"]["updates"] == 40 * 20 + 7
+    assert cut.record["totals"]["updates"] == 40 * (learning_step - 1) + 7
     assert load_checkpoint(cut.run_dir)["progress"]["owed_updates"] >= 33
     resumed = train_run(runner.resume_config(cut.run_dir), quiet=True, dashboard=False, resume=cut.run_dir)
     assert resumed.exit_code == 0
