@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pstats
@@ -48,7 +49,14 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def profile_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *args, "--out", str(tmp_path), "--json")
+    # The suite's process holds every earlier test's objects, which a fresh `rlperf profile` does
+    # not: frozen, they are not traversed by a full collection that lands in the profiled loop.
+    gc.collect()
+    gc.freeze()
+    try:
+        code, out, err = run(capsys, *args, "--out", str(tmp_path), "--json")
+    finally:
+        gc.unfreeze()
     assert code == 0, err
     return json.loads(out)  # --json: the record and nothing else on stdout
 

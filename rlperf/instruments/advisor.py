@@ -45,6 +45,10 @@ MIN_SAVING_SHARE = 0.0025
 so a small one is still real: the per-board push loop is under 1% of the naive loop on a CPU)."""
 
 
+MIN_GC_S = 0.005
+"""The garbage collector's time in the loop below which it is no finding, whatever its share."""
+
+
 @dataclass(frozen=True)
 class VerifyBase:
     """The run a finding's compare line repeats: the config as the user named it, and the run options."""
@@ -409,7 +413,8 @@ def gc_pauses(record: Mapping[str, Any], cfg: Config, calls: CallStats | None, g
         return None
     share = float(gc.get("share_of_loop") or 0.0)
     seconds = float(gc.get("total_s") or 0.0)
-    if share < MIN_SAVING_SHARE:
+    # A young collection costs a fraction of a millisecond: a short window's one or two are not pauses.
+    if share < MIN_SAVING_SHARE or seconds < MIN_GC_S:
         return None
     n = gc.get("collections") or {}
     # Objects created inside the loop (a list buffer's tuples) are not covered by a freeze at its start.
