@@ -46,6 +46,7 @@ class Sample:
     command: str
     shows: tuple[str, ...]
     omit: tuple[tuple[str, str], ...] = ()  # (first line, line after) regexes: the lines from one to the other cut to "…"
+    trim: tuple[tuple[str, str], ...] = ()  # (kept line, line after) regexes: the lines between them cut to "…"
     head: int | None = None  # keep only the first lines
     codes: tuple[int, ...] = (0,)  # the exit codes the README's text allows for it
     env: dict[str, str] = field(default_factory=dict)
@@ -55,11 +56,14 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("train", "rlperf train --config smoke",
            shows=("phases", "┃ phase  ┃ total s ┃  share ┃ calls ┃ mean ms ┃ p50 ms ┃ p95 ms ┃", "│ select ", "│ train ",
                   "summary", "│ status ", "│ env steps/s ", "│ mean score (last 100) ", "completed -> runs/train-"),
-           omit=((r"^│ episodes ", r"^│ env steps/s "), (r"^│ replay ratio", r"^│ mean score"),
+           omit=((r"^│ episodes ", r"^│ env steps/s "), (r"^│ updates/s", r"^│ mean score"),
                  (r"^│ best score", r"^└"))),
     Sample("profile", "rlperf profile --config smoke --top 5",
            shows=("measured: 64 vector steps", "instrument overhead", "cProfile:", "profile.prof"),
-           omit=((r"^\s+phases\s*$", r"^measured: "), (r"^\s+cProfile: top \d+ functions", r"^gc: "))),
+           omit=((r"^\s+phases\s*$", r"^measured: "),),
+           # the measured window's first line, then "…" for its wrapped rest and cProfile's table; the same for
+           # the overhead line's rest
+           trim=((r"^measured: ", r"^gc: "), (r"^instrument overhead", r"^cProfile: "))),
     Sample("profile-script", "rlperf profile --top 4 -- python tests/foreign/item_push.py",
            shows=("advisor: findings ranked by the time they could save", "1. Per-item host copies in the loop",
                   "in item_push.py:21 (push)", "evidence:", "estimate:",
@@ -67,15 +71,16 @@ SAMPLES: tuple[Sample, ...] = (
            omit=((r"^\s+cProfile: top \d+ functions", r"^cProfile: "),)),
     Sample("sweep", "rlperf sweep --config smoke --train-ratio 1,4",
            shows=("sweep", "train_ratio", "env steps/s", "phases %", "mean score", "status", "sweep: 2 trials ->",
-                  "sweep.csv, sweep.json, sweep.png")),
+                  "sweep.csv, sweep.json, sweep.png"),
+           omit=((r"^trial000 ", r"^\s+sweep\s*$"),)),  # each trial's progress line
     Sample("compare", "rlperf compare smoke --vs buffer.push=loop",
            shows=("compare", "metric", "buffer.push=loop vs smoke", "│ push ", "│ env steps/s ", "compare.png"),
-           omit=((r"^│ select ", r"^│ push "), (r"^│ train ", r"^├"), (r"^│ updates/s ", r"^├"),
-                 (r"^│ mean score", r"^└"))),
+           omit=((r"^│ select ", r"^│ push "), (r"^│ train ", r"^│ env steps/s "), (r"^│ updates/s ", r"^└"),
+                 (r"^one run per column", r"^figure: "))),
     Sample("gate", "rlperf compare smoke --candidate smoke --fail-if-slower 5% --repeats 6 --max-repeats 6",
            shows=("compared: baseline", "candidate", "gate: "), codes=(0, 3),  # 3: inconclusive on a noisy machine
            omit=((r"^\s+gate\s*$", r"^compared: "),)),
-    Sample("explain", "rlperf explain 3", head=8,
+    Sample("explain", "rlperf explain 3", head=5,
            shows=("## §3 Updates per env step — train.train_ratio", "**Symptom.**")),
 )
 
@@ -118,14 +123,23 @@ def shown(sample: Sample, output: str, scratch: str | Path = "") -> str:
         output = output.replace(f"{scratch}{os.sep}", "")
     lines = [line.rstrip() for line in output.splitlines() if not any(v.search(line) for v in VOLATILE)]
     for first, after in sample.omit:
-        start = next((i for i, line in enumerate(lines) if re.search(first, line)), None)
-        if start is None:
-            continue
-        end = next((i for i in range(start + 1, len(lines)) if re.search(after, lines[i])), start + 1)
-        lines[start:end] = ["…"]
+        lines = cut(lines, first, after, keep_first=False)
+    for kept, after in sample.trim:
+        lines = cut(lines, kept, after, keep_first=True)
     if sample.head is not None and len(lines) > sample.head:
         lines = [*lines[:sample.head], "…"]
     return "\n".join(lines)
+
+
+def cut(lines: list[str], first: str, after: str, keep_first: bool) -> list[str]:
+    """``lines`` with the lines from the first match of ``first`` (or from the line after it, when kept) up to
+    the next match of ``after`` cut to one "…"; unchanged when ``first`` matches no line or nothing lies between."""
+    start = next((i for i, line in enumerate(lines) if re.search(first, line)), None)
+    if start is None:
+        return lines
+    end = next((i for i in range(start + 1, len(lines)) if re.search(after, lines[i])), start + 1)
+    start = start + 1 if keep_first else start
+    return [*lines[:start], "…", *lines[end:]] if end > start else lines
 
 
 def block(sample: Sample, output: str, scratch: str | Path = "") -> str:

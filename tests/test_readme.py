@@ -124,3 +124,12 @@ def test_a_sample_block_drops_progress_cuts_what_it_omits_and_shows_paths_from_t
     assert module.problems(sample, 1, "", None) == [
         "x: `rlperf x` exited 1, not (0,):\n", "x: the command no longer prints 'kept'",
         "x: README.md has no <!-- sample: x --> block"]
+
+
+def test_a_trimmed_sample_keeps_its_first_line_and_cuts_what_follows_up_to_the_line_after():
+    module = samples_module()
+    sample = module.Sample("x", "rlperf x", shows=("measured: 64",), trim=((r"^measured: ", r"^gc: "), (r"^absent", r"^x")))
+    output = "measured: 64 vector steps, after\nthe wrapped rest\ntable\ngc: 1 collections\nmore\n"
+    assert module.shown(sample, output) == "measured: 64 vector steps, after\n…\ngc: 1 collections\nmore"
+    nothing_between = module.Sample("x", "rlperf x", shows=(), trim=((r"^gc: ", r"^more"),))
+    assert module.shown(nothing_between, output) == output.rstrip("\n")
