@@ -316,8 +316,8 @@ def _pyspy_and_gc_lines(console: Any, p: Mapping[str, Any], of: str) -> None:
         console.print(f"py-spy skipped: {spy['skipped']}", highlight=False, soft_wrap=True, markup=False)
     gc = p["gc"]
     n = gc["collections"]
-    collections = "collection" if gc["total_collections"] == 1 else "collections"
-    console.print(f"gc: {gc['total_collections']:,} {collections} (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
+    many = "collection" if gc["total_collections"] == 1 else "collections"
+    console.print(f"gc: {gc['total_collections']:,} {many} (gen0 {n['gen0']:,}, gen1 {n['gen1']:,}, gen2 {n['gen2']:,}) "
                   f"took {gc['total_s']:.3f} s, {100 * gc['share_of_loop']:.1f}% of {of}; longest pause "
                   f"{gc['max_pause_ms']:.1f} ms", highlight=False, markup=False)
 
