@@ -142,6 +142,8 @@ def rate(x: Any) -> str:
 def duration(x: Any) -> str:
     if not is_number(x):
         return MISSING
+    if x < 1:  # a tenth would print a short run as 0.0 s
+        return seconds_short(x)
     if x < 60:
         return f"{x:.1f} s"
     minutes, seconds = divmod(x, 60)
