@@ -371,6 +371,51 @@ class Sources:
             todo += ast.iter_child_nodes(n)
         return found
 
+    def only_checks(self, key: Key) -> bool:
+        """Whether ``key``'s function is a check: it asserts (or raises), returns nothing, and writes
+        nothing it was given or did not make itself (no assignment into an argument, ``self`` or a
+        global, no mutating method called on one, no ``global``/``nonlocal``). Its only effect is the
+        exception it may raise: the loop gets nothing from it but the check."""
+        node = self.function(key)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or self.returns_value(key):
+            return False
+        args = node.args
+        given = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        given |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        made: set[str] = set()
+        for n in _walk_own(node):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                made |= {t.id for t in targets if isinstance(t, ast.Name)}
+                made |= {e.id for t in targets if isinstance(t, (ast.Tuple, ast.List)) for e in t.elts
+                         if isinstance(e, ast.Name)}
+            elif isinstance(n, ast.withitem) and isinstance(n.optional_vars, ast.Name):
+                made.add(n.optional_vars.id)
+        made -= given
+
+        def root(e: ast.AST) -> str | None:
+            while isinstance(e, (ast.Attribute, ast.Subscript)):
+                e = e.value
+            return e.id if isinstance(e, ast.Name) else None
+
+        checks = False
+        for n in _walk_own(node):
+            if isinstance(n, (ast.Global, ast.Nonlocal)):
+                return False
+            if isinstance(n, (ast.Assert, ast.Raise)):
+                checks = True
+            written: list[ast.AST] = (list(n.targets) if isinstance(n, (ast.Assign, ast.Delete)) else
+                                      [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in written:
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) not in made:
+                    return False
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                name = n.func.attr
+                if (name in _MUTATORS or name.endswith("_") or name in ("update", "setdefault", "remove")) \
+                        and root(n.func.value) not in made:
+                    return False
+        return checks
+
     def in_loop(self, key: Key, line: int) -> bool:
         """Whether ``line`` of ``key``'s function is in the body of a loop of that function (a
         comprehension counts whole)."""
