@@ -1174,8 +1174,8 @@ def test_a_check_run_after_every_update_is_a_hot_spot(tmp_path: Path) -> None:
 
 
 def test_a_numba_compiled_loop_is_not_a_python_loop(tmp_path: Path) -> None:
-    """An njit function's loops run compiled: the line sampler finds its caller at the call, never its
-    lines; neither a Python loop over elements nor a hot spot."""
+    """An njit function's loops run compiled, though numba's dispatcher reports the call to cProfile under
+    the function's own key (all of it 'own time'): neither a Python loop over elements nor a hot spot."""
     pytest.importorskip("numba")
     body = """
     import numba

@@ -153,16 +153,11 @@ class ScriptProfile:
         return sum(c for line, c in lines.items() if self.sources.in_loop(fn, line)) / n
 
     def compiled(self, fn: Key) -> bool:
-        """Whether ``fn``'s time ran outside Python bytecode (a numba- or Cython-compiled function): the
-        line sampler found its caller on the line that calls it :data:`MIN_SAMPLES` times or more, but
-        ``fn``'s own lines on under a tenth of those samples -- its body never showed as a Python frame."""
-        callers = [c for c in self.raw.get(fn, (0, 0, 0, 0, {}))[4] if self.is_user(c)]
-        if not callers:
-            return False
-        caller = max(callers, key=lambda c: self.raw[fn][4][c][3])
-        at_call = (self.line_samples.get((caller[0], caller[2])) or {}).get(self.line(caller, fn), 0)
-        inside = sum((self.line_samples.get((fn[0], fn[2])) or {}).values())
-        return at_call >= MIN_SAMPLES and inside < 0.1 * at_call
+        """Whether ``fn``'s loops run compiled (numba): cProfile charges a jitted call to the function's
+        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: it samples
+        when the script's thread lets go of the GIL, and a short Python function between two torch calls
+        that release it shows no samples either.)"""
+        return self.sources.jit_compiled(fn)
 
     def calls(self, key: Key) -> int:
         return int(self.raw[key][1]) if key in self.raw else 0

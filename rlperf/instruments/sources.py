@@ -14,6 +14,9 @@ _COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "
 """Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
 
 
+_JITS = frozenset({"njit", "jit", "generated_jit", "vectorize", "guvectorize", "cfunc", "stencil"})
+"""numba's decorators that compile a function."""
+
 _MUTATORS = frozenset({"step", "backward", "zero_grad", "append", "extend", "push", "add", "put", "sample", "reset",
                        "save", "load", "train", "learn", "fit", "insert", "pop", "clear", "store", "remember",
                        "copy_", "load_state_dict", "send", "recv", "join", "acquire"})
@@ -370,6 +373,27 @@ class Sources:
                 and not (isinstance(n.value, ast.Constant) and n.value.value is None)
             todo += ast.iter_child_nodes(n)
         return found
+
+    def jit_compiled(self, key: Key) -> bool:
+        """Whether ``key``'s function is compiled by numba (``@numba.njit``, ``@jit(nopython=True)``,
+        ``@vectorize``...): its loops run as machine code, whatever cProfile charges its Python key
+        (numba's dispatcher reports the jitted call to the profiler under the function's code)."""
+        node = self.function(key)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        text = self.texts.get(key[0], "")
+        for d in node.decorator_list:
+            d = d.func if isinstance(d, ast.Call) else d
+            parts = []
+            while isinstance(d, ast.Attribute):
+                parts.append(d.attr)
+                d = d.value
+            if isinstance(d, ast.Name):
+                parts.append(d.id)
+            dotted = ".".join(reversed(parts))
+            if parts and parts[0] in _JITS and (dotted.startswith("numba.") or "numba" in text):
+                return True
+        return False
 
     def only_checks(self, key: Key) -> bool:
         """Whether ``key``'s function is a check: it asserts (or raises), returns nothing, and writes
