@@ -1055,3 +1055,171 @@ def test_an_epoch_over_one_dataloader_is_not_replay_sampling(tmp_path: Path) -> 
     """)
     findings, total, _ = advise(tmp_path, body)
     assert total > 0.1 and "replay_sampling" not in [f.id for f in findings], [(f.id, f.evidence) for f in findings]
+
+
+def test_a_batch_built_one_tensor_per_stored_element_is_replay_sampling_without_a_visible_draw(tmp_path: Path) -> None:
+    """The indices come in drawn elsewhere (numpy's Generator.integers is a Cython method cProfile does not
+    record): the per-element tensors and their stack are the evidence, named at the comprehension."""
+    body = """
+    import torch
+    obs_store = np.random.rand(4096, 8).astype(np.float32)
+    act_store = np.random.rand(4096, 2).astype(np.float32)
+
+    def draw(idx):
+        fields = []
+        for arr in (obs_store, act_store):
+            fields.append(torch.stack([torch.tensor(arr[i]) for i in idx]))  # planted
+        return fields
+
+    env = Env()
+    rng = np.random.default_rng(0)
+    for t in range(120):
+        env.step(None)
+        o, a = draw(rng.integers(0, 4096, 128))
+        (o.sum() + a.sum()).item()
+    """
+    f = check_first(*advise(tmp_path, body), "replay_sampling")
+    assert "element by element" in f.evidence
+
+
+def test_a_method_walking_a_tree_is_replay_work_by_its_class_name(tmp_path: Path) -> None:
+    """A sum tree's update method called ``set``: the words of its class say what it walks."""
+    body = """
+    import random
+    SIZE = 1 << 12
+
+    class SegmentTree:
+        def __init__(self):
+            self.nodes = [0.0] * (2 * SIZE)
+
+        def set(self, i, value):
+            pos = i + SIZE
+            self.nodes[pos] = value
+            pos //= 2
+            while pos >= 1:
+                self.nodes[pos] = self.nodes[2 * pos] + self.nodes[2 * pos + 1]
+                pos //= 2
+
+    tree = SegmentTree()
+    env = Env()
+    for t in range(400):
+        env.step(None)
+        for k in range(16):
+            tree.set(random.randrange(SIZE), random.random())  # planted
+    """
+    check_first(*advise(tmp_path, body), "replay_sampling")
+
+
+def test_a_dataloader_reading_your_dataset_item_by_item_is_replay_sampling(tmp_path: Path) -> None:
+    """Each batch: one __getitem__ call per item (a dict of rows) and default_collate stacking them again."""
+    body = """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Transitions(Dataset):
+        def __init__(self, n):
+            self.t = {k: torch.randn(n, 8) for k in ("obs", "next_obs", "act", "rew")}
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            return {k: v[i] for k, v in self.t.items()}  # planted
+
+    q = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(q.parameters(), lr=0.01)
+    loader = DataLoader(Transitions(12800), batch_size=128, shuffle=True)
+    for epoch in range(2):
+        for batch in loader:
+            loss = (q(batch["obs"]) - batch["rew"][:, :1]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+    f = check_first(*advise(tmp_path, body), "replay_sampling")
+    assert "item by item" in f.evidence and "128 per batch" in f.evidence
+
+
+def test_a_check_run_after_every_update_is_a_hot_spot(tmp_path: Path) -> None:
+    """A function that only asserts (a finite-difference gradient check), called every iteration, holding
+    most of the script through the functions it calls: no Python loop of its own holds the time."""
+    body = """
+    W = np.random.rand(64, 64)
+
+    def loss(params, x):
+        return float(np.tanh(x @ params["w"]).sum())
+
+    def check_gradients(params, grads, x, h=1e-5):
+        for _ in range(8):
+            i, j = np.random.randint(64), np.random.randint(64)
+            plus = {k: v.copy() for k, v in params.items()}
+            minus = {k: v.copy() for k, v in params.items()}
+            plus["w"][i, j] += h
+            minus["w"][i, j] -= h
+            numeric = (loss(plus, x) - loss(minus, x)) / (2 * h)
+            assert abs(numeric - grads["w"][i, j]) < 1e9
+
+    params = {"w": W}
+    env = Env()
+    x = np.random.rand(256, 64)
+    for t in range(150):
+        env.step(None)
+        grads = {"w": np.zeros_like(W)}
+        check_gradients(params, grads, x)  # planted
+    """
+    findings, _, planted = advise(tmp_path, body)
+    assert [f.id for f in findings] == ["hot_spot"], [(f.id, f.where) for f in findings]
+    assert findings[0].where == f"train.py:{planted} (<module>)" and "check_gradients" in findings[0].evidence
+
+
+def test_a_numba_compiled_loop_is_not_a_python_loop(tmp_path: Path) -> None:
+    """An njit function's loops run compiled, though numba's dispatcher reports the call to cProfile under
+    the function's own key (all of it 'own time'): neither a Python loop over elements nor a hot spot."""
+    pytest.importorskip("numba")
+    body = """
+    import numba
+
+    @numba.njit(cache=False)
+    def simulate(thetas, horizon):
+        out = np.zeros(thetas.shape[0])
+        for p in range(thetas.shape[0]):
+            x = 0.0
+            for t in range(horizon):
+                for i in range(thetas.shape[1]):
+                    x += np.tanh(thetas[p, i] * x + 0.1)
+            out[p] = x
+        return out
+
+    rng = np.random.default_rng(0)
+    for it in range(300):
+        scores = simulate(rng.standard_normal((256, 8)), 100)
+    """
+    # (numba's compilation, a library call made once, may leave a finding of its own: not this test's)
+    findings, _, _ = advise(tmp_path, body)
+    named = [f for f in findings if "simulate" in f.evidence or "(simulate)" in (f.where or "")]
+    assert named == [], [(f.id, f.where, f.evidence) for f in named]
+
+
+def test_a_td_target_written_per_element_over_a_network_s_outputs_is_not_reward_shaping(tmp_path: Path) -> None:
+    """The loop reads the rewards, but with the target network's outputs passed in: the update's own
+    target computed per element (a hot spot), not a reward shaped from the env's state."""
+    body = """
+    import torch
+    q = torch.nn.Linear(8, 4)
+
+    def td_targets(rewards, next_q, gamma):
+        out = torch.empty(len(rewards))
+        for i in range(len(rewards)):
+            out[i] = rewards[i] + gamma * next_q[i].max()
+        return out
+
+    env = Env(128)
+    for t in range(60):
+        obs, reward, done = env.step(None)
+        with torch.no_grad():
+            y = td_targets(torch.from_numpy(reward), q(torch.from_numpy(obs)), 0.99)  # planted
+    """
+    findings, _, planted = advise(tmp_path, body)
+    assert [f.id for f in findings] == ["hot_spot"], [(f.id, f.where) for f in findings]
+    assert findings[0].where == f"train.py:{planted} (<module>)" and "td_targets" in findings[0].evidence

@@ -152,6 +152,13 @@ class ScriptProfile:
             return None
         return sum(c for line, c in lines.items() if self.sources.in_loop(fn, line)) / n
 
+    def compiled(self, fn: Key) -> bool:
+        """Whether ``fn``'s loops run compiled (numba): cProfile charges a jitted call to the function's
+        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: it samples
+        when the script's thread lets go of the GIL, and a short Python function between two torch calls
+        that release it shows no samples either.)"""
+        return self.sources.jit_compiled(fn)
+
     def calls(self, key: Key) -> int:
         return int(self.raw[key][1]) if key in self.raw else 0
 
@@ -846,7 +853,7 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         if best is None or p.cumtime(fn) > p.cumtime(best[0]):
             best = (fn, e.callee)
     if best is None:
-        return _loader_per_batch(p)
+        return _built_per_item(p, building) or _loader_per_batch(p) or _loader_per_item(ev)
     fn, draw = best
     cum = p.cumtime(fn)
     return finding(
@@ -856,6 +863,46 @@ def replay_sampling(ev: Evidence) -> Finding | None:
         cum * 0.9,
         f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
         f"about a tenth", where=p.loop_where(fn))
+
+
+_STACKS = ("torch.stack", "torch.cat", "numpy.stack", "numpy.concatenate", "numpy.array", "numpy.asarray",
+           "numpy.core.multiarray.array", "numpy.vstack")
+
+
+def _built_per_item(p: ScriptProfile, building: list[Key]) -> Finding | None:
+    """A batch built one stored element at a time: a comprehension (or loop) of one of your functions
+    makes an array or tensor per element (``torch.tensor(arr[i]) for i in idx``), many per call, and the
+    function stacks them. The index draw need not show: numpy's ``Generator.integers`` is a Cython
+    method cProfile does not record, or the indices come in as an argument."""
+    stacks = [k for b in _STACKS for k in p.keys(builtin=b)] + p.keys("stack", "numpy/")
+    holder = p.loop_holder()
+    best = None
+    for fn in [k for k in p.raw if p.is_user(k) and k != holder and not k[2].startswith("<")]:
+        calls = p.calls(fn)
+        if calls < 2 or not p.calls_any(fn, stacks):
+            continue
+        inner = [k for k, _, _ in p.callees.get(fn, []) if k[2] in ("<listcomp>", "<genexpr>") and p.is_user(k)]
+        sites = [(c, sum(nc for k, nc, _ in p.callees.get(c, []) if k in building)) for c in inner]
+        if p.sources.loops(fn):  # a for loop of the function's own, building per element
+            sites.append((fn, sum(nc for k, nc, _ in p.callees.get(fn, []) if k in building)))
+        site, built = max(sites, key=lambda t: t[1], default=(None, 0))
+        if site is None or built / calls < 16:
+            continue
+        if best is None or p.cumtime(fn) > p.cumtime(best[0]):
+            best = (fn, site, built)
+    if best is None:
+        return None
+    fn, site, built = best
+    cum = p.cumtime(fn)
+    where = (f"{short_file(fn[0])}:{site[1]} ({fn[2]})" if site != fn
+             else p.where(fn, [callee_name(k) for k in building if p.calls_any(fn, [k])]))
+    return finding(
+        "replay_sampling",
+        f"{fn[2]} ({where}) builds the batch element by element: {built:,} arrays or tensors made one per stored "
+        f"element in {p.calls(fn):,} calls ({built / p.calls(fn):,.0f} per batch), then stacked; {_share(p, cum)}",
+        cum * 0.9,
+        f"the sampler's measured {seconds_short(cum)} (cProfile) × 0.9: one index draw and one gather per field keep "
+        f"about a tenth", where=where)
 
 
 _LOADER = "torch/utils/data/dataloader.py"
@@ -885,6 +932,48 @@ def _loader_per_batch(p: ScriptProfile) -> Finding | None:
         seconds * 0.9,
         f"the DataLoader calls' measured {seconds_short(seconds)} (cProfile, at {where}) × 0.9: one index draw and one "
         f"gather per field keep about a tenth", where=where if fn == p.loop_holder() else p.loop_where(fn))
+
+
+_FETCH = "torch/utils/data/_utils/fetch.py"
+
+
+def _loader_per_item(ev: Evidence) -> Finding | None:
+    """A DataLoader that fetches each batch item by item through your Dataset's ``__getitem__`` (the
+    fetcher's loop over the batch's indices, one Python call and one small sample per item, then
+    ``default_collate`` stacking them again), where that fetch holds :data:`HOT_SHARE` of the script:
+    a Dataset that takes the batch's indices at once (``__getitems__``, or a BatchSampler with
+    ``batch_size=None``) gathers each field once. A library's Dataset read per item (TensorDataset) over
+    an epoch is the common case, and no finding."""
+    p = ev.p
+    if p is None:
+        return None
+    fetches = p.keys("fetch", _FETCH)
+    fetchers = set(p.keys(path=_FETCH))
+    getters = [k for k in p.keys("__getitem__") + p.keys("__getitems__") if p.is_user(k)
+               and any(c in fetchers for c in p.raw[k][4])]
+    batches = sum(p.calls(k) for k in fetches)
+    if not getters or not batches:
+        return None
+    getter = max(getters, key=p.cumtime)
+    items = p.calls(getter)
+    seconds = sum(p.cumtime(k) for k in fetches)  # the per-item reads and the collation that re-stacks them
+    if items / batches < 16 or not ev.clears(seconds, HOT_SHARE * p.total):
+        return None
+    line = p.hottest_line(getter)
+    kids = sorted(p.callees.get(getter, []), key=lambda t: -t[2])
+    where = (f"{short_file(getter[0])}:{line} ({getter[2]})" if line else
+             p.where(getter, kids[0][0]) if kids else p.where(getter))
+    made = [e for e in p.edges(p.keys("__init__", _LOADER), depth=1) if e.caller != p.loop_holder()]
+    site = f" made in {short_file(made[0].caller[0])} ({made[0].caller[2]})" if made else ""
+    return finding(
+        "replay_sampling",
+        f"the DataLoader{site} reads each batch item by item: {items:,} calls of your Dataset's __getitem__ for "
+        f"{batches:,} batches ({items / batches:,.0f} per batch), each result collated again; the fetches took "
+        f"{_share(p, seconds)}",
+        seconds * 0.9,
+        f"the DataLoader fetches' measured {seconds_short(seconds)} (cProfile) × 0.9: one index draw per batch and "
+        f"one gather per field keep about a tenth", where=where,
+        fix="let the Dataset take a batch of indices (a BatchSampler as the DataLoader's sampler, batch_size=None)")
 
 
 def _per_item(p: ScriptProfile, e: Edge, steps: tuple[int, str] | None) -> bool:
@@ -1215,6 +1304,8 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             continue  # a comprehension (counted in its function), or a function another rule named
         if fn != holder and p.calls_any(fn, stepping):
             continue
+        if p.compiled(fn):
+            continue  # its loops run compiled (numba), not as Python
         loops = p.sources.loops(fn)
         if not loops:
             continue
@@ -1241,7 +1332,13 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         if share is not None and share < 0.5:
             continue  # the samples put its time outside its loops
         depth, line, text = loops[0]
-        kind = _classify(text if fn == holder else p.sources.text(fn), fn[2])
+        # A method is named by its class too (SumTree.set walks a tree, whatever its method is called).
+        owner = p.sources.class_of(fn) if fn != holder else None
+        kind = _classify(text if fn == holder else p.sources.text(fn), f"{owner}.{fn[2]}" if owner else fn[2])
+        if kind == "reward_shaping" and fn != holder and _fed_by_a_forward(ev, fn):
+            # a loop over a network's outputs with the rewards (a TD target, a return): the update's
+            # own computation written per element, not a reward shaped from the env's state
+            kind = None
         if kind is None:
             continue
         inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
@@ -1256,6 +1353,30 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             f"the loop's measured Python time {seconds_short(own)} × 0.9: one array operation over the batch keeps "
             f"about a tenth", where=where))
     return loops_found
+
+
+def _fed_by_a_forward(ev: Evidence, fn: Key) -> bool:
+    """Whether the loop's call of ``fn`` passes it a network's output: a forward (the hooks' call
+    sites) runs on the call's own line (``f(r, target(o2))``) or assigns a name the call passes."""
+    p = ev.p
+    if p is None:
+        return False
+    holder, line, child = p.loop_call(fn)
+    if holder == fn:
+        return False
+    base = os.path.basename(holder[0])
+    forward_lines = {int(s["line"]) for s in ev.hooks.get("forwards") or []
+                     if os.path.basename(str(s.get("file"))) == base and s.get("function") == holder[2]}
+    if line in forward_lines:
+        return True
+    node = p.sources.function(holder)
+    if node is None or not forward_lines:
+        return False
+    passed = {n.id for c in ast.walk(node) if isinstance(c, ast.Call) and c.lineno == line
+              and child[2] == (c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None))
+              for a in [*c.args, *(k.value for k in c.keywords)] for n in ast.walk(a) if isinstance(n, ast.Name)}
+    return any(isinstance(n, ast.Assign) and n.lineno in forward_lines
+               and {t.id for t in n.targets if isinstance(t, ast.Name)} & passed for n in ast.walk(node))
 
 
 _WAITING = ("multiprocessing/", "/queue.py", "/threading.py", "concurrent/", "/selectors.py", "/subprocess.py")
@@ -1313,7 +1434,7 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
         # whole episode through numpy holds everything, and nothing), where the samples say most of its
         # time is in the loop's body (a loop over the few colliding pairs of a vectorized step is not) ...
         share = p.loop_share(fn)
-        looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5)
+        looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5) and not p.compiled(fn)
         # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor) ...
         kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
         concentrated = bool(kids) and not p.is_user(kids[0][0]) and ev.clears(kids[0][2], 0.8 * p.cumtime(fn))
@@ -1322,13 +1443,18 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
         holder_of_call, line, child = p.loop_call(fn)
         side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
                 and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
+        # ... or it only checks (asserts, returns nothing, writes nothing it was given) and is called
+        # again and again: a debugging check left in the loop, whatever it calls.
+        checks = p.calls(fn) >= 2 and p.sources.only_checks(fn)
         hot = (ev.clears(p.python_time(fn), HOT_SHARE * p.total) and looped) or (
-            (concentrated or side) and ev.clears(cum, HOT_SHARE * p.total))
+            (concentrated or side or checks) and ev.clears(cum, HOT_SHARE * p.total))
         if hot and (best is None or cum > best[1]):
             hottest = p.hottest_line(fn)
             inside = (p.where(fn, kids[0][0]) if kids and kids[0][2] > 0.5 * cum else
                       f"{short_file(fn[0])}:{hottest} ({fn[2]})" if hottest else p.where(fn))
-            kept = ", whose result the loop drops or only collects," if side and not looped and not concentrated else ""
+            kept = (", whose result the loop drops or only collects," if side and not looped and not concentrated else
+                    ", which only checks (it asserts, returns nothing and changes nothing it is given)," if checks
+                    and not looped and not concentrated else "")
             best = (p.loop_where(fn), cum, f"your function {fn[2]} (most of it at {inside}){kept} called")
             best_fn = fn
     return best, best_fn

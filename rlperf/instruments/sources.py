@@ -14,6 +14,9 @@ _COLLECTORS = ("append", "extend", "add", "put", "print", "add_scalar", "log", "
 """Calls that keep a value for later (a list, a queue, a log) rather than use it in the loop."""
 
 
+_JITS = frozenset({"njit", "jit", "generated_jit", "vectorize", "guvectorize", "cfunc", "stencil"})
+"""numba's decorators that compile a function."""
+
 _MUTATORS = frozenset({"step", "backward", "zero_grad", "append", "extend", "push", "add", "put", "sample", "reset",
                        "save", "load", "train", "learn", "fit", "insert", "pop", "clear", "store", "remember",
                        "copy_", "load_state_dict", "send", "recv", "join", "acquire"})
@@ -370,6 +373,72 @@ class Sources:
                 and not (isinstance(n.value, ast.Constant) and n.value.value is None)
             todo += ast.iter_child_nodes(n)
         return found
+
+    def jit_compiled(self, key: Key) -> bool:
+        """Whether ``key``'s function is compiled by numba (``@numba.njit``, ``@jit(nopython=True)``,
+        ``@vectorize``...): its loops run as machine code, whatever cProfile charges its Python key
+        (numba's dispatcher reports the jitted call to the profiler under the function's code)."""
+        node = self.function(key)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        text = self.texts.get(key[0], "")
+        for d in node.decorator_list:
+            d = d.func if isinstance(d, ast.Call) else d
+            parts = []
+            while isinstance(d, ast.Attribute):
+                parts.append(d.attr)
+                d = d.value
+            if isinstance(d, ast.Name):
+                parts.append(d.id)
+            dotted = ".".join(reversed(parts))
+            if parts and parts[0] in _JITS and (dotted.startswith("numba.") or "numba" in text):
+                return True
+        return False
+
+    def only_checks(self, key: Key) -> bool:
+        """Whether ``key``'s function is a check: it asserts (or raises), returns nothing, and writes
+        nothing it was given or did not make itself (no assignment into an argument, ``self`` or a
+        global, no mutating method called on one, no ``global``/``nonlocal``). Its only effect is the
+        exception it may raise: the loop gets nothing from it but the check."""
+        node = self.function(key)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or self.returns_value(key):
+            return False
+        args = node.args
+        given = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        given |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        made: set[str] = set()
+        for n in _walk_own(node):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                made |= {t.id for t in targets if isinstance(t, ast.Name)}
+                made |= {e.id for t in targets if isinstance(t, (ast.Tuple, ast.List)) for e in t.elts
+                         if isinstance(e, ast.Name)}
+            elif isinstance(n, ast.withitem) and isinstance(n.optional_vars, ast.Name):
+                made.add(n.optional_vars.id)
+        made -= given
+
+        def root(e: ast.AST) -> str | None:
+            while isinstance(e, (ast.Attribute, ast.Subscript)):
+                e = e.value
+            return e.id if isinstance(e, ast.Name) else None
+
+        checks = False
+        for n in _walk_own(node):
+            if isinstance(n, (ast.Global, ast.Nonlocal)):
+                return False
+            if isinstance(n, (ast.Assert, ast.Raise)):
+                checks = True
+            written: list[ast.AST] = (list(n.targets) if isinstance(n, (ast.Assign, ast.Delete)) else
+                                      [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in written:
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) not in made:
+                    return False
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                name = n.func.attr
+                if (name in _MUTATORS or name.endswith("_") or name in ("update", "setdefault", "remove")) \
+                        and root(n.func.value) not in made:
+                    return False
+        return checks
 
     def in_loop(self, key: Key, line: int) -> bool:
         """Whether ``line`` of ``key``'s function is in the body of a loop of that function (a
