@@ -317,7 +317,10 @@ def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int 
                  budget_s: float = BENCH_S) -> dict[str, Any]:
     """Median seconds per call of each form over :data:`REPEATS` interleaved repeats (after one
     warm-up), each repeat ``calls`` calls or fewer: as many as fit the budget (a forward of a large
-    network on one sample is milliseconds; 20 x 5 x 33 of them would take seconds)."""
+    network on one sample is milliseconds; 20 x 5 x 33 of them would take seconds).
+
+    Timed in the process's CPU time: beside busy processes a repeat of a few milliseconds loses its
+    CPU for whole time slices, and wall time then ranked inference_mode 2x slower than autograd."""
     started = time.perf_counter()
     slow()
     fast()
@@ -326,10 +329,10 @@ def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int 
     times: dict[str, list[float]] = {"slow_s": [], "fast_s": []}
     for _ in range(REPEATS):
         for name, fn in (("slow_s", slow), ("fast_s", fast)):
-            started = time.perf_counter()
+            started = time.process_time()
             for _ in range(calls):
                 fn()
-            times[name].append((time.perf_counter() - started) / calls)
+            times[name].append((time.process_time() - started) / calls)
     ranges = {f"{name[:-2]}_range_s": [min(v), max(v)] for name, v in times.items()}
     return {name: sorted(v)[len(v) // 2] for name, v in times.items()} | ranges | {"repeats": REPEATS, "calls": calls}
 
