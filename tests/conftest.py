@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+
 import pytest
 
 from rlperf import cli
@@ -13,3 +17,16 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         cli.main(argv)
     out, err = capsys.readouterr()
     return int(exc.value.code or 0), out, err
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the default kernels into numba's disk cache before any test runs, and before xdist
+    starts its workers: on a fresh clone the first compile prints a notice on stderr, and whichever
+    test happened to compile first would read lines it does not expect (a one-line error, say)."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller has done it
+        return
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-m", "rlperf", "train", "--config", "smoke", "--steps", "400", "--quiet",
+                        "--no-plot", "--set", "run.threads=1", "--set", "run.device=cpu", "--out", out],
+                       capture_output=True, timeout=600, check=False)

@@ -1309,16 +1309,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         loops = p.sources.loops(fn)
         if not loops:
             continue
-        # The function's own Python time: its bytecode, its comprehensions' and the builtins both call,
-        # not the networks, updates or your other functions they call.
-        comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
-        # NumPy's functions called per element (np.clip, np.sqrt on scalars) are the loop's too; torch's
-        # are the network's or the update's work.
-        own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
-            ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, [])
-            if (k[0] == "~" or "numpy/" in k[0].replace(os.sep, "/")) and k not in heavy)
-        # less what cProfile added for the calls the loop made
-        own = max(0.0, own - p.call_cost * sum(nc for f in (fn, *comprehensions) for _, nc, _ in p.callees.get(f, [])))
+        own = _own_python_time(p, fn, heavy)
         if fn == holder:
             # Loops over elements inside the step loop, itself often inside an episode loop: the body of
             # an episode loop over steps is the script's own work, not a loop over elements.
@@ -1332,13 +1323,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
         if share is not None and share < 0.5:
             continue  # the samples put its time outside its loops
         depth, line, text = loops[0]
-        # A method is named by its class too (SumTree.set walks a tree, whatever its method is called).
-        owner = p.sources.class_of(fn) if fn != holder else None
-        kind = _classify(text if fn == holder else p.sources.text(fn), f"{owner}.{fn[2]}" if owner else fn[2])
-        if kind == "reward_shaping" and fn != holder and _fed_by_a_forward(ev, fn):
-            # a loop over a network's outputs with the rewards (a TD target, a return): the update's
-            # own computation written per element, not a reward shaped from the env's state
-            kind = None
+        kind = _loop_kind(ev, fn, text if fn == holder else None)
         if kind is None:
             continue
         inner = f"{short_file(fn[0])}:{line} ({fn[2]})"
@@ -1353,6 +1338,33 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
             f"the loop's measured Python time {seconds_short(own)} × 0.9: one array operation over the batch keeps "
             f"about a tenth", where=where))
     return loops_found
+
+
+def _own_python_time(p: Any, fn: Key, heavy: set[Key]) -> float:
+    """``fn``'s own Python time: its bytecode, its comprehensions' and the builtins both call, not the
+    networks, updates or your other functions they call; less what cProfile added for those calls."""
+    comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
+    # NumPy's functions called per element (np.clip, np.sqrt on scalars) are the loop's too; torch's
+    # are the network's or the update's work.
+    own = p.tottime(fn) + sum(p.tottime(k) for k in comprehensions) + sum(
+        ct for f in (fn, *comprehensions) for k, _, ct in p.callees.get(f, [])
+        if (k[0] == "~" or "numpy/" in k[0].replace(os.sep, "/")) and k not in heavy)
+    return max(0.0, own - p.call_cost * sum(nc for f in (fn, *comprehensions) for _, nc, _ in p.callees.get(f, [])))
+
+
+def _loop_kind(ev: Evidence, fn: Key, holder_text: str | None) -> str | None:
+    """What a loop over elements handles, from its code (``holder_text``: the step loop's own body) or
+    its function's: preprocessing, reward shaping, or None (left to :func:`hot_spot`)."""
+    p = ev.p
+    assert p is not None
+    # A method is named by its class too (SumTree.set walks a tree, whatever its method is called).
+    owner = p.sources.class_of(fn) if holder_text is None else None
+    kind = _classify(holder_text if holder_text is not None else p.sources.text(fn), f"{owner}.{fn[2]}" if owner else fn[2])
+    if kind == "reward_shaping" and holder_text is None and _fed_by_a_forward(ev, fn):
+        # a loop over a network's outputs with the rewards (a TD target, a return): the update's
+        # own computation written per element, not a reward shaped from the env's state
+        return None
+    return kind
 
 
 def _fed_by_a_forward(ev: Evidence, fn: Key) -> bool:
