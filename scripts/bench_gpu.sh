@@ -92,7 +92,7 @@ set_command() {  # CMD=(the command of part $1)
         launches) CMD=("$PYTHON" "$HERE/bench_launches.py" --json) ;;
         naive_fast) CMD=("$PYTHON" "$HERE/bench_train.py" --device "$DEVICE" --part naive-fast --repeats 1 --json "${quick[@]}") ;;
         profile) CMD=("$PYTHON" -m rlperf profile "${run_size[@]}" --device "$DEVICE" --out "$SCRATCH/runs") ;;
-        tests_cuda) CMD=("$PYTHON" -m pytest -q -n 0 -m cuda -p no:cacheprovider -rs --timeout 240 ${PYTEST_ARGS:-}) ;;
+        tests_cuda) CMD=("$PYTHON" -m pytest -q -m cuda -p no:cacheprovider -rs --timeout 240 ${PYTEST_ARGS:-}) ;;
     esac
 }
 

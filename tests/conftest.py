@@ -21,9 +21,10 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Compile the default kernels into numba's disk cache before any test runs, and before xdist
-    starts its workers: on a fresh clone the first compile prints a notice on stderr, and whichever
-    test happened to compile first would read lines it does not expect (a one-line error, say)."""
+    """Compile the default kernels into numba's disk cache before any test runs (and, with
+    pytest-xdist, before its workers start): on a fresh clone the first compile prints a notice on
+    stderr, and whichever test happened to compile first would read lines it does not expect (a
+    one-line error, say), depending on the order the tests ran in."""
     if hasattr(session.config, "workerinput"):  # an xdist worker: its controller has done it
         return
     with tempfile.TemporaryDirectory() as out:
