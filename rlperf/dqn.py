@@ -577,24 +577,27 @@ def run_loop(
         return {"wall_s": timer.measured_wall_now(), "run_wall_s": run_wall() if run_wall else timer.measured_wall_now(),
                 "env_steps": progress.env_steps, "updates": progress.updates}
 
-    def log_if_due(log_boundary: bool) -> None:
-        """The log phase's read of the mean loss and ``on_log``, at a log boundary or the run's end.
-        A stop inside the step's updates leaves some owed: the row waits for them (paid first on
-        resume), so that the resumed run logs what one uninterrupted run logs."""
+    def log_if_due(log_boundary: bool, phase: str | None = None) -> None:
+        """The log phase's read of the mean loss and ``on_log``, at a log boundary or the run's end,
+        timed as ``phase`` where given (else the caller's phase times it). A stop inside the step's
+        updates leaves some owed: the row waits for them (paid first on resume), so that the
+        resumed run logs what one uninterrupted run logs."""
         if not (log_boundary or finished(progress)) or progress.owed_updates >= 1.0:
             return
-        read_mean_loss(progress, loss_sum, log_boundary)
-        # CUDA events mode: resolve the interval's event pairs here, where the loss read
-        # has synchronised anyway, not when the pending list overflows mid-phase.
-        timer.flush()
-        on_log(progress)
+        with timer.phase(phase) if phase else contextlib.nullcontext():
+            read_mean_loss(progress, loss_sum, log_boundary)
+            # CUDA events mode: resolve the interval's event pairs here, where the loss read
+            # has synchronised anyway, not when the pending list overflows mid-phase.
+            timer.flush()
+            on_log(progress)
 
     with gc_mode(t.gc):
         if progress.owed_updates >= 1.0:  # a resume of a run stopped inside a vector step's updates
             with timer.phase("train"):
                 pay_updates(agent, buffer, progress, loss_sum, should_stop)
-            with timer.phase("log"):  # the interrupted step's log row, if it was a boundary
-                log_if_due(progress.vector_steps % t.log_every == 0)
+            # the interrupted step's log row, if it was a boundary (a log phase only then: the
+            # phase's calls stay one per vector step)
+            log_if_due(progress.vector_steps % t.log_every == 0, phase="log")
         while not finished(progress) and not should_stop():
             with timer.phase("select"):
                 progress.epsilon = epsilon_at(cfg, progress.env_steps)

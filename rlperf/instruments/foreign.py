@@ -1340,7 +1340,7 @@ def python_loops(ev: Evidence, found: list[Finding]) -> list[Finding]:
     return loops_found
 
 
-def _own_python_time(p: Any, fn: Key, heavy: set[Key]) -> float:
+def _own_python_time(p: ScriptProfile, fn: Key, heavy: set[Key]) -> float:
     """``fn``'s own Python time: its bytecode, its comprehensions' and the builtins both call, not the
     networks, updates or your other functions they call; less what cProfile added for those calls."""
     comprehensions = [k for k, _, _ in p.callees.get(fn, []) if k[2].startswith("<") and p.is_user(k)]
