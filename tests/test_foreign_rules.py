@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlperf.instruments import evidence
-from rlperf.instruments.catalogue import CATALOGUE, Finding, reference, section_for
+from rlperf.instruments import evidence, foreign
+from rlperf.instruments.catalogue import CATALOGUE, Finding, finding, reference, section_for
 from rlperf.instruments.foreign import ScriptProfile, advise_script, script_steps
 from rlperf.instruments.profilers import CallStats, GcMonitor, user_code
 
@@ -254,7 +254,7 @@ def test_a_sum_tree_walked_in_python_is_replay_work(tmp_path: Path) -> None:
             node //= 2
 
     env = Env()
-    for t in range(400):
+    for t in range(1200):  # 0.15 s: a neighbour's time slice is a small part of it, not a fifth
         env.step(None)
         for k in range(16):
             tree_update(random.randrange(SIZE), random.random())  # planted
@@ -1223,3 +1223,27 @@ def test_a_td_target_written_per_element_over_a_network_s_outputs_is_not_reward_
     findings, _, planted = advise(tmp_path, body)
     assert [f.id for f in findings] == ["hot_spot"], [(f.id, f.where) for f in findings]
     assert findings[0].where == f"train.py:{planted} (<module>)" and "td_targets" in findings[0].evidence
+
+
+def test_a_saving_is_a_share_of_the_script_s_own_time_not_of_its_waits_for_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside busy processes a script's wall time grows by what its thread waits for a CPU; its
+    bottleneck's measured saving does not. A saving of 6% of the script's own time, in a run that
+    waited for a CPU twice as long as it ran, is a finding (4% of the wall time would drop it); the
+    same saving in a quiet run of the same wall time, 2% of it, is not."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    sum(i * i for i in range(100_000))
+    profiler.disable()
+    calls = CallStats(pstats.Stats(profiler), own=lambda file: False)
+    total = ScriptProfile(calls).total
+    saving = 0.06 * total / 3
+    rule = lambda ev: finding("checkpointing", "a save every step", saving, "measured", where="train.py:9 (<module>)")  # noqa: E731
+    monkeypatch.setattr(foreign, "SCRIPT_RULES", [rule])
+
+    def advised(waited: float) -> list[str]:
+        record = {"system": {"torch_threads": 1}, "profile": {"load": {"cpus": 2.0, "loadavg_1m": 3.0},
+                                                              "cpu_wait": {"wait_s": waited, "slices": 100_000}}}
+        return [f.id for f in advise_script(record, calls, None, None, {})]
+
+    assert advised(2 * total / 3) == ["checkpointing"]
+    assert advised(0.0) == []

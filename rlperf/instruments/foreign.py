@@ -395,15 +395,28 @@ class Evidence:
         return windows.get("whole") is False
 
 
+    def _cpu_wait(self) -> tuple[float, int]:
+        """What the script's thread waited for a CPU (rlperf.instruments.evidence.CpuWait): seconds, waits."""
+        wait = (self.record.get("profile") or {}).get("cpu_wait") or {}
+        return float(wait.get("wait_s") or 0.0), int(wait.get("slices") or 0)
+
+    def own_total(self) -> float:
+        """The script's profiled time less what its thread waited for a CPU: about what it takes on a
+        machine of its own, which a saving is a share of (a saving is measured in the script's own work;
+        beside busy processes the wall time grows by the waits, and a 4% floor of it would drop a real
+        bottleneck). Never under a tenth of the profiled time, should the two clocks disagree."""
+        if self.p is None:
+            return 0.0
+        return max(self.p.total - self._cpu_wait()[0], 0.1 * self.p.total)
+
     def clears(self, seconds: float, threshold_s: float) -> bool:
         """Whether ``seconds`` of the profile reach ``threshold_s`` beyond what waiting for a CPU could
         have put there: cProfile charges a call the wall time it took, so on a busy machine each of
-        the script's waits (rlperf.instruments.evidence.CpuWait: their seconds and number) lands on
-        whatever call was running. Taken as landing at random, in proportion to time, the waits that
-        land in a part holding a share q of the script spread by sqrt(q (1 − q) / waits) × the
-        seconds waited; a part must clear the threshold by twice that. On a quiet machine, nothing."""
-        wait = (self.record.get("profile") or {}).get("cpu_wait") or {}
-        waited, waits = float(wait.get("wait_s") or 0.0), int(wait.get("slices") or 0)
+        the script's waits (their seconds and number, :meth:`_cpu_wait`) lands on whatever call was
+        running. Taken as landing at random, in proportion to time, the waits that land in a part
+        holding a share q of the script spread by sqrt(q (1 − q) / waits) × the seconds waited; a part
+        must clear the threshold by twice that. On a quiet machine, nothing."""
+        waited, waits = self._cpu_wait()
         if self.p is None or waited <= 0 or waits <= 0:
             return seconds >= threshold_s
         q = min(1.0, max(0.0, seconds / self.p.total))
@@ -1504,8 +1517,8 @@ def alone_factor(record: Mapping[str, Any], calls: CallStats | None, hooks: Mapp
 def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mapping[str, Any] | None,
                   steps: tuple[int, str] | None, hooks: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every script rule that fires: estimated savings first, biggest first, then the others. A saving
-    below :data:`MIN_SHARE` of the script's time drops the finding; ``hot_spot`` comes only when
-    nothing else fired. Savings are in seconds of the script alone: each call site's profiled
+    below :data:`MIN_SHARE` of the script's own time (:meth:`Evidence.own_total`) drops the finding;
+    ``hot_spot`` comes only when nothing else fired. Savings are in seconds of the script alone: each call site's profiled
     seconds less cProfile's cost for the calls recorded beneath it, as the estimate states."""
     cost = float(((hooks or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
     profile = ScriptProfile(calls, call_cost=cost) if calls is not None else None
@@ -1515,7 +1528,7 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
     findings = [f for rule in SCRIPT_RULES if (f := rule(ev)) is not None]
     findings += python_loops(ev, findings)
     if profile is not None:
-        floor = MIN_SHARE * profile.total
+        floor = MIN_SHARE * ev.own_total()
         # Threads set beyond the CPUs are named even when the micro-benchmark finds the cost small (on a
         # busier machine it is not); forwards that recorded unused graphs are a bottleneck only when running
         # them without grad saves something (CleanRL's dqn.py: under 2%, inside its noise).
