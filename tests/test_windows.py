@@ -309,13 +309,15 @@ def test_the_call_index_agrees_with_the_walk_of_each_function() -> None:
 
     from rlperf.instruments.sources import Sources
 
-    files = sorted((Path(__file__).parent / "foreign").rglob("*.py"))
+    # The planted scripts and the first corpus, every other name of each: over 5,000 questions (all of
+    # them, and the second corpus, took 23 s and asked nothing of another kind).
+    files = sorted(f for f in (Path(__file__).parent / "foreign").rglob("*.py") if "corpus2" not in f.parts)
     assert len(files) >= 20
     walked, indexed, asked = Sources(), Sources(), 0
     for file in files:
         tree = ast.parse(file.read_text(encoding="utf-8"))
         names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-                       | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})[:80]
+                       | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})[:80:2]
         keys = [(str(file), 0, "<module>")] + [(str(file), f.lineno, f.name) for f in ast.walk(tree)
                                               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
         for key in keys:
