@@ -132,6 +132,8 @@ def train_cases(repeats: int, hog: int, runs: Path, timeout: float) -> tuple[Res
                     raw[case][variant][load].append(seconds)
     results: Results = {}
     for case, variants in raw.items():
+        if not repeats:
+            break
         results[case] = {}
         for variant, by_load in variants.items():
             quiet, slow = statistics.median(by_load["quiet"]), statistics.median(by_load["busy"])
@@ -162,7 +164,7 @@ def show(data: dict[str, object]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="train runs a case, variant and load (0: skip them)")
     parser.add_argument("--hog", type=int, default=2, help="busy processes beside the busy runs")
     parser.add_argument("--profile-repeats", type=int, default=1, help="naive profiles a side (0: skip them)")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
@@ -174,8 +176,9 @@ def main() -> None:
     results, failures, loads = train_cases(args.repeats, args.hog, runs, args.timeout)
     profile: dict[str, list[dict[str, object]]] = {"quiet": [], "busy": []}
     for _ in range(args.profile_repeats):
-        profile["quiet"].append(profile_once(0, runs, args.timeout))
-        profile["busy"].append(profile_once(args.hog, runs, args.timeout))
+        for load, hog in (("quiet", 0), ("busy", args.hog)):
+            loads.append(loadavg())
+            profile[load].append(profile_once(hog, runs, args.timeout))
     summary: dict[str, float] = {}
     if profile["quiet"]:
         walls = {load: statistics.median(float(str(e["wall_s"])) for e in entries) for load, entries in profile.items()}

@@ -23,7 +23,7 @@ from conftest import run_cli
 from rlperf.config import config_from
 from rlperf.errors import RlperfError
 from rlperf.run.files import read_record
-from rlperf.experiments.sweep import Axis, run_sweep
+from rlperf.experiments.sweep import LOCAL_RAY_CONFIG, Axis, run_sweep
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra 'ray' (pip install 'rlperf[ray]')")
 pytest.importorskip("ray.tune")
@@ -33,7 +33,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # As a sweep starts its own local instance (sweep.LOCAL_RAY_CONFIG: trials at the driver's priority).
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             _system_config=LOCAL_RAY_CONFIG)
     try:
         yield
     finally:
@@ -67,6 +69,25 @@ def test_ray_sweep_runs_trials_and_records_a_failure(local_ray, tmp_path: Path) 
         assert row["env_steps_per_s"] == record["throughput"]["env_steps_per_s"]
     assert data["trials"][2]["status"] == "failed" and data["trials"][2]["env_steps_per_s"] is None
     assert (result.sweep_dir / "sweep.csv").is_file() and (result.sweep_dir / "sweep.png").is_file()
+
+
+_NICENESS = """
+import os
+from rlperf.experiments.sweep import _RaySession
+
+session = _RaySession(None, 1, 0)
+ray = session.ray
+print(os.nice(0), ray.get(ray.remote(lambda: os.nice(0)).remote()))
+ray.shutdown()
+"""
+
+
+def test_a_sweep_s_own_ray_instance_runs_trials_at_the_driver_s_priority() -> None:
+    # Ray's default runs workers at nice 15: beside two busy processes a three-trial sweep took 245 s, not 10-24 s.
+    proc = subprocess.run([sys.executable, "-c", _NICENESS], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    driver, worker = proc.stdout.split()[-2:]
+    assert worker == driver
 
 
 def test_gpu_request_on_cpu_only_cluster_is_refused_up_front(local_ray, tmp_path: Path) -> None:

@@ -399,15 +399,23 @@ for _attempt in range(3):
     q, s = quiet.step_stats(), slower.step_stats()
     if 1.04 < s["mean_less_wait_ms"] / q["mean_less_wait_ms"] < 1.25:
         break
-hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\\nwhile True: pass"])
-try:
-    time.sleep(0.3)  # the hog is running
-    loaded = PhaseTimer("cpu")
-    busy_steps(loaded, 500)
-finally:
-    hog.kill()
-    hog.wait()
-print(json.dumps({"q": q, "s": s, "lo": loaded.step_stats()}))
+# The loaded steps against quiet ones taken just before them, so drift falls on both; as above,
+# up to three times, one must agree.
+for _attempt in range(3):
+    base = PhaseTimer("cpu")
+    busy_steps(base, 500)
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\\nwhile True: pass"])
+    try:
+        time.sleep(0.3)  # the hog is running
+        loaded = PhaseTimer("cpu")
+        busy_steps(loaded, 500)
+    finally:
+        hog.kill()
+        hog.wait()
+    b, lo = base.step_stats(), loaded.step_stats()
+    if 0.75 < lo["mean_less_wait_ms"] / b["mean_less_wait_ms"] < 1.3:
+        break
+print(json.dumps({"q": q, "s": s, "b": b, "lo": lo}))
 """
 
 
@@ -418,12 +426,12 @@ def test_the_mean_step_less_cpu_waits_sees_a_cost_on_one_step_in_four_and_not_a_
     proc = subprocess.run([sys.executable, "-c", _ONE_STEP_IN_FOUR], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
-    q, s, lo = stats["q"], stats["s"], stats["lo"]
-    assert q is not None and s is not None and lo is not None
+    q, s, b, lo = stats["q"], stats["s"], stats["b"], stats["lo"]
+    assert q is not None and s is not None and b is not None and lo is not None
     assert q["mean_less_wait_ms"] > 0 and 0 <= q["cpu_wait_share"] < 1
     assert 1.04 < s["mean_less_wait_ms"] / q["mean_less_wait_ms"] < 1.25, (q, s)
-    assert lo["cpu_wait_share"] > 0.25 and lo["mean_ms"] / q["mean_less_wait_ms"] > 1.4, (q, lo)
-    assert 0.75 < lo["mean_less_wait_ms"] / q["mean_less_wait_ms"] < 1.3, (q, lo)
+    assert lo["cpu_wait_share"] > 0.25 and lo["mean_ms"] / b["mean_less_wait_ms"] > 1.4, (b, lo)
+    assert 0.75 < lo["mean_less_wait_ms"] / b["mean_less_wait_ms"] < 1.3, (b, lo)
 
 
 def test_the_cpu_wait_figures_survive_a_resume() -> None:
