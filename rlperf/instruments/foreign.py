@@ -394,7 +394,6 @@ class Evidence:
         windows = ((self.record.get("profile") or {}).get("cprofile") or {}).get("windows") or {}
         return windows.get("whole") is False
 
-
     def _cpu_wait(self) -> tuple[float, int]:
         """What the script's thread waited for a CPU (rlperf.instruments.evidence.CpuWait): seconds, waits."""
         wait = (self.record.get("profile") or {}).get("cpu_wait") or {}
@@ -1518,8 +1517,9 @@ def advise_script(record: Mapping[str, Any], calls: CallStats | None, gc: Mappin
                   steps: tuple[int, str] | None, hooks: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every script rule that fires: estimated savings first, biggest first, then the others. A saving
     below :data:`MIN_SHARE` of the script's own time (:meth:`Evidence.own_total`) drops the finding;
-    ``hot_spot`` comes only when nothing else fired. Savings are in seconds of the script alone: each call site's profiled
-    seconds less cProfile's cost for the calls recorded beneath it, as the estimate states."""
+    ``hot_spot`` comes only when nothing else fired. Savings are in seconds of the script alone: each
+    call site's profiled seconds less cProfile's cost for the calls recorded beneath it, as the
+    estimate states."""
     cost = float(((hooks or {}).get("profiler_cost") or {}).get("per_call_s") or 0.0)
     profile = ScriptProfile(calls, call_cost=cost) if calls is not None else None
     if profile is not None:
