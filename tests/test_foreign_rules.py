@@ -635,11 +635,15 @@ def test_an_evaluation_episode_is_not_envs_stepped_one_by_one(tmp_path: Path) ->
     findings, _, _ = advise(tmp_path, body)
     assert not [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
     (tmp_path / "list").mkdir()
-    listed = body.replace("eval_env = gym.make(\"CartPole-v1\")", "envs = [gym.make(\"CartPole-v1\") for _ in range(20)]")
-    listed = listed.replace("eval_env.reset(seed=0)", "[e.reset(seed=0) for e in envs]").replace(
+    # envs built and reset once, each stepped every iteration: their steps are most of the script (resetting
+    # the twenty at every call, as the evaluation does, left their steps at 35%: a margin of 5% over the
+    # rule's 30% cut-off, which one preemption of a 0.2 s script beside busy processes took away)
+    listed = body.replace("eval_env = gym.make(\"CartPole-v1\")", "envs = [gym.make(\"CartPole-v1\") for _ in range(20)]\n"
+                          "    [e.reset(seed=0) for e in envs]")
+    listed = listed.replace("        eval_env.reset(seed=0)\n", "").replace(
         "for _ in range(20):\n            eval_env.step(0)", "for e in envs:\n            e.step(0)")
-    listed = listed.replace("if t % 20 == 0:", "if True:")  # every step: the envs' steps are most of the script
-    assert "for e in envs" in listed and "if True:" in listed
+    listed = listed.replace("if t % 20 == 0:", "if True:")
+    assert "for e in envs" in listed and "if True:" in listed and "eval_env" not in listed
     findings, _, _ = advise(tmp_path / "list", listed)
     assert [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
 

@@ -1,4 +1,4 @@
-"""Planted: 64 CartPole envs stepped one by one by gymnasium's SyncVectorEnv."""
+"""Planted: 128 CartPole envs stepped one by one by gymnasium's SyncVectorEnv."""
 
 import gymnasium
 import numpy as np
@@ -25,4 +25,4 @@ def act4(q, obs, epsilon):
 
 
 torch.set_num_threads(1)
-run(env=Envs(64), act_fn=act4, steps=150, obs_dim=4)
+run(env=Envs(128), act_fn=act4, steps=150, obs_dim=4)
