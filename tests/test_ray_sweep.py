@@ -1,10 +1,11 @@
 """The Ray Tune sweep backend, on a real local Ray instance and on a real ``ray start`` cluster (no
 mocks). Skipped without Ray.
 
-CI installs the ``ray`` extra, so these run there; they start one Ray instance for the module
-(``ray.init(num_cpus=2)``), and the cluster tests one ``ray start --head`` cluster inside a network
-namespace that has only loopback (skipped where ``unshare -n`` is not permitted), which is what
-makes them the slowest sweep tests.
+CI installs the ``ray`` extra, so these run there. Ray binds the machine's addresses, so every test
+that starts Ray runs inside a network namespace that has only loopback (skipped where ``unshare -n``
+is not permitted): the ``local_ray`` tests (one ``ray.init(num_cpus=2)`` for them all) in a pytest
+run that ``test_the_local_ray_tests_pass_in_a_loopback_namespace`` starts there, and the cluster
+tests around one ``ray start --head`` cluster. They are the slowest sweep tests.
 """
 
 from __future__ import annotations
@@ -31,8 +32,45 @@ pytest.importorskip("ray.tune")
 pytestmark = pytest.mark.slow
 
 
+def _only_loopback() -> bool:
+    """Whether this process's network namespace has no interface but loopback."""
+    try:  # /proc/net/dev is the calling process's namespace's (/sys/class/net is that of whoever mounted /sys)
+        lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return False
+    return [line.split(":")[0].strip() for line in lines] == ["lo"]
+
+
+def _namespaces_permitted() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "ip", "link",
+                               "set", "lo", "up"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.timeout(900)
+def test_the_local_ray_tests_pass_in_a_loopback_namespace() -> None:
+    if _only_loopback():
+        pytest.skip("already in a loopback-only namespace: the local_ray tests run here directly")
+    if not _namespaces_permitted():
+        pytest.skip("needs `unshare -n` (root, or user namespaces) and `ip`: Ray must see only loopback")
+    # One worker (-n 0), the local_ray tests only; the outcome of each is in the output on failure.
+    proc = subprocess.run(
+        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "bash", "-c",
+         'ip link set lo up && exec "$0" -m pytest -q -n 0 -p no:cacheprovider -m local_ray "$1"',
+         sys.executable, __file__], capture_output=True, text=True, timeout=840, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-3000:]
+
+
 @pytest.fixture(scope="module")
 def local_ray():
+    if not _only_loopback():
+        pytest.skip("starts Ray: runs in a loopback-only namespace, through test_the_local_ray_tests_pass_in_a_"
+                    "loopback_namespace")
     # As a sweep starts its own local instance (sweep.LOCAL_RAY_CONFIG: trials at the driver's priority).
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
              _system_config=LOCAL_RAY_CONFIG)
@@ -47,6 +85,7 @@ def tiny():
                        steps=256, envs=8, device="cpu")
 
 
+@pytest.mark.local_ray
 def test_ray_sweep_runs_trials_and_records_a_failure(local_ray, tmp_path: Path) -> None:
     # Two real trials, plus a third whose buffer cannot fit in memory: its values are valid, and only
     # a node can judge its memory, so it fails inside its Ray worker, where train_run refuses it.
@@ -82,7 +121,11 @@ ray.shutdown()
 """
 
 
+@pytest.mark.local_ray
 def test_a_sweep_s_own_ray_instance_runs_trials_at_the_driver_s_priority() -> None:
+    if not _only_loopback():
+        pytest.skip("starts Ray: runs in a loopback-only namespace, through test_the_local_ray_tests_pass_in_a_"
+                    "loopback_namespace")
     # Ray's default runs workers at nice 15: beside two busy processes a three-trial sweep took 245 s, not 10-24 s.
     proc = subprocess.run([sys.executable, "-c", _NICENESS], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -90,6 +133,7 @@ def test_a_sweep_s_own_ray_instance_runs_trials_at_the_driver_s_priority() -> No
     assert worker == driver
 
 
+@pytest.mark.local_ray
 def test_gpu_request_on_cpu_only_cluster_is_refused_up_front(local_ray, tmp_path: Path) -> None:
     if ray.cluster_resources().get("GPU", 0) > 0:
         pytest.skip("this Ray cluster has a GPU")
@@ -102,6 +146,7 @@ TINY = ["--config", "smoke", "--steps", "256", "--device", "cpu", "--set", "trai
         "--set", "train.checkpoint=false", "--set", "run.threads=1"]
 
 
+@pytest.mark.local_ray
 def test_cli_ray_sweep_with_its_display(local_ray, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The command line as a user runs it: the progress display is on (no --quiet), and nothing of it
     # may reach what Ray pickles; each trial's end line comes from the result it reported.
@@ -117,6 +162,7 @@ def test_cli_ray_sweep_with_its_display(local_ray, tmp_path: Path, capsys: pytes
     assert "train_ratio" in out  # the table
 
 
+@pytest.mark.local_ray
 def test_a_failed_tune_run_is_one_line_and_leaves_no_sweep_directory(
     local_ray, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -191,16 +237,6 @@ sweep no_token
 sweep wrong_token RAY_AUTH_MODE=token RAY_AUTH_TOKEN="${token//?/0}"
 sweep with_token RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$token"
 """
-
-
-def _namespaces_permitted() -> bool:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return False
-    try:
-        return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "ip", "link",
-                               "set", "lo", "up"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 @pytest.fixture(scope="module")
