@@ -22,8 +22,9 @@ Both sides run the same instruments (a clock read per step costs as much as a sm
 only the candidate's do the planted work.
 
 For the planted kinds a FAIL is a detection (target at 10% and above, 5% gate: no PASS, FAIL ≥ 95%).
-Each verdict's printed detectable slowdown is kept, and from it the FAIL rate the gate's own figure
-predicts at the planted size (normal approximation), beside the observed one. ``--quick`` runs 2
+Each verdict's printed detectable slowdown is kept, and from it (with adaptive repeats: its figure at
+``--max-repeats`` pairs, which the gate also prints) the FAIL rate the gate's own figure predicts at the
+planted size (normal approximation), beside the observed one. ``--quick`` runs 2
 trials of two kinds on short runs (for the test suite; its rates mean nothing).
 """
 
@@ -144,7 +145,8 @@ def predicted_fail(v: dict[str, Any], planted: float) -> float:
     z = statistics.NormalDist()
     checks = max(len(v.get("checks") or {}), 1)
     z_fail = z.inv_cdf(1 - gate.ALPHA / checks)
-    se = math.log1p(v["detectable_slowdown"]) / (z_fail + z.inv_cdf(gate.POWER))
+    # adaptive repeats: what the verdict could reach at --max-repeats pairs (it may stop sooner, deciding)
+    se = math.log1p((v.get("reach") or v)["detectable_slowdown"]) / (z_fail + z.inv_cdf(gate.POWER))
     if se == 0:
         return float(planted > v["threshold"])
     return z.cdf((math.log1p(planted) - math.log1p(v["threshold"])) / se - z_fail)
@@ -162,6 +164,8 @@ def one_verdict(cfg: Any, repeats: int, most: int, threshold: float, metric: str
                                 runner=runner, out=out)
     v, _samples = gate.result(base, cand, threshold, metric, paired=True, adaptive=most > repeats)
     v.pop("comparison")
+    if most > repeats:
+        gate.add_reach(v, most)
     v["wall_s"] = time.perf_counter() - started
     return v
 
@@ -176,6 +180,7 @@ def summary(kind: str, vs: list[dict[str, Any]]) -> dict[str, Any]:
         "slowdown_median": statistics.median(v["slowdown"] for v in vs if v["slowdown"] is not None),
         "slowdowns": [v["slowdown"] for v in vs], "verdicts": [v["verdict"] for v in vs],
         "runs_a_side": [v["n"][1] for v in vs], "detectable": [v["detectable_slowdown"] for v in vs],
+        "detectable_at_max": [(v.get("reach") or v)["detectable_slowdown"] for v in vs],
         "detectable_median": statistics.median(v["detectable_slowdown"] for v in vs),
         "fails_above_median": statistics.median(v["fails_above"] for v in vs),
         "wall_s_per_verdict": statistics.median(v["wall_s"] for v in vs),

@@ -194,6 +194,30 @@ def test_the_detectable_slowdown_is_what_the_spread_detects() -> None:
     assert 0.90 <= fails / 400 <= 0.99, (above, fails)
 
 
+def test_what_adaptive_repeats_could_see_is_what_that_many_pairs_detect() -> None:
+    """The figure the gate prints for --max-repeats pairs, from a verdict that stopped at 10: 30 pairs
+    with a slowdown of its typical figure FAIL at least 90% of the time, and it is below the 10 pairs' own."""
+    import random
+
+    rng = random.Random(11)
+
+    def runs(n: int, factor: float = 1.0) -> tuple[list[float], list[float]]:
+        base = [100 * math.exp(rng.gauss(0, 0.03)) for _ in range(n)]
+        return base, [b * factor * math.exp(rng.gauss(0, 0.03)) for b in base]
+
+    verdicts = [gate.verdict(*runs(10), 0.05, paired=True) for _ in range(200)]
+    for v in verdicts:
+        gate.add_reach(v, 30)
+    at_30 = sorted(v["reach"]["fails_above"] for v in verdicts)[100]
+    assert at_30 < sorted(v["fails_above"] for v in verdicts)[100]
+    fails = sum(gate.verdict(*runs(30, 1 + at_30), 0.05, paired=True)["verdict"] == "fail" for _ in range(200))
+    assert fails / 200 >= 0.90, (at_30, fails)
+    done = gate.verdict(*runs(30), 0.05, paired=True)
+    gate.add_reach(done, 30)  # stopped at the most pairs: nothing more to say
+    assert "reach" not in done and "pairs (--max-repeats)" not in gate.detectable_line(done)
+    assert "with up to 30 pairs (--max-repeats)" in gate.detectable_line(verdicts[0])
+
+
 def test_slower_means_more_time_per_env_step() -> None:
     # "20% slower" is 1.2 times the baseline's time per env step (pytest-benchmark's and asv's reading),
     # not 0.8 times its throughput (1.25 times the time): a clean 21% slowdown fails a 20% gate, 19% passes
@@ -663,3 +687,5 @@ def test_the_ci_recipe_runs_as_written(tmp_path: Path, capsys) -> None:
     v = json.loads(out)
     assert code == v["exit_code"] in (0, 1, 3) and v["repeats"]["first"] == 2 and v["repeats"]["ran"] in (2, 3), err
     assert v["n"] == [v["repeats"]["ran"]] * 2 and (v["verdict"] != "inconclusive" or v["repeats"]["ran"] == 3)
+    # what the adaptive gate could have seen with its --max-repeats pairs, when it stopped sooner
+    assert ("reach" in v) == (v["repeats"]["ran"] < 3) and (v["repeats"]["ran"] == 3 or v["reach"]["pairs"] == 3)

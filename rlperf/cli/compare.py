@@ -224,6 +224,8 @@ def _gate(baseline_args: list[str], candidate_args: list[str], fail_if_slower: s
     if configs:
         ran = max(len(side.records) for side, s in ((base, baseline[0]), (cand, candidate[0])) if s.config is not None)
         result["repeats"] = {"first": repeats, "ran": ran, "max": most}
+        if paired and adaptive:
+            gate.add_reach(result, most)
     with rendering():
         _show_gate(result, run)
         if run.plot:

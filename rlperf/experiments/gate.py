@@ -326,6 +326,19 @@ def verdict_line(v: Mapping[str, Any]) -> str:
             f"vs {v['n'][1]} candidate runs{exit_note}")
 
 
+def add_reach(v: dict[str, Any], most: int) -> None:
+    """What adaptive repeats could see: the detectable slowdown at ``most`` pairs (``v["reach"]``), where
+    the verdict stopped at fewer. The estimate's error shrinks as one over the root of the pairs, so the
+    figure is the verdict's own scaled by ``sqrt(n / most)`` if the spread held; from 6 pairs it errs
+    high (their signed-rank interval spans the outermost pairs), never promising what 30 cannot show."""
+    n = v["n"][0]
+    if v.get("detectable_slowdown") is None or n >= most:
+        return
+    detectable = math.log1p(v["detectable_slowdown"]) * math.sqrt(n / most)
+    v["reach"] = {"pairs": most, "detectable_slowdown": _ratio(detectable),
+                  "fails_above": _ratio(math.log1p(v["threshold"]) + detectable)}
+
+
 def detectable_line(v: Mapping[str, Any]) -> str:
     """What the gate could see, from the runs' spread, and whether its threshold is inside it."""
     spread = v.get("spread") or [0.0, 0.0]
@@ -335,8 +348,13 @@ def detectable_line(v: Mapping[str, Any]) -> str:
             f"({round(100 * POWER)}% of the time, at {round(100 * (1 - v['alpha']))}% confidence; {per}); "
             f"at this threshold a slowdown above "
             f"{_pct(v['fails_above'])} fails {round(100 * POWER)}% of the time")
-    if v["threshold"] < v["detectable_slowdown"]:
-        line += (f"; the {_pct(v['threshold'])} threshold is below what these runs can see: more runs a side "
+    reach = v.get("reach")
+    if reach:
+        line += (f"; with up to {reach['pairs']} pairs (--max-repeats), if the spread holds: "
+                 f"{_pct(reach['detectable_slowdown'])}, failing above {_pct(reach['fails_above'])}")
+    if v["threshold"] < (reach or v)["detectable_slowdown"]:
+        runs = f"up to {reach['pairs']} pairs" if reach else "these runs"
+        line += (f"; the {_pct(v['threshold'])} threshold is below what {runs} can see: more runs a side "
                  "(--repeats, --max-repeats), a quieter machine or a larger threshold")
     return line
 
