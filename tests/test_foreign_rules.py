@@ -14,7 +14,6 @@ import runpy
 import textwrap
 import uuid
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -899,66 +898,6 @@ def test_the_line_sampler_counts_the_line_a_thread_is_on(tmp_path: Path) -> None
     caller = lines.get(("busy.py", 7, "<module>"), (0, 0))
     assert spin >= 0.8 * sampler.samples > 10, (lines, sampler.samples)
     assert caller[1] >= spin and caller[0] <= 0.2 * spin  # on the stack, but not the innermost line of your code
-
-
-PYTHON_BETWEEN_TORCH = """
-import time
-import torch
-
-a = torch.randn(400, 400)
-python_s = 0.0
-for _ in range(150):
-    b = a @ a  # torch lets go of the GIL here
-    started = time.thread_time()
-    end = started + 0.002
-    while time.thread_time() < end:  # the Python stretch
-        pass
-    python_s += time.thread_time() - started
-"""
-
-
-def test_the_line_sampler_counts_cpu_time_where_python_runs_between_torch_calls(tmp_path: Path) -> None:
-    # A sampler thread needs the GIL, so it sampled where torch let go of it: a pure-Python spin between
-    # two torch calls got almost no samples (a planted line in a gate benchmark: 0 of 146 for 6% of the CPU)
-    import signal
-
-    script = tmp_path / "mixed.py"
-    script.write_text(PYTHON_BETWEEN_TORCH)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    sampler = evidence.LineSampler(user_code([tmp_path]), threading.get_ident())
-    cpu = time.process_time()
-    sampler.start()
-    try:
-        ran = runpy.run_path(str(script))
-    finally:
-        sampler.stop()
-        cpu = time.process_time() - cpu
-        torch.set_num_threads(threads)
-    assert sampler.clock == "cpu" and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGPROF) == signal.SIG_IGN  # a tick still pending cannot end the process
-    lines = {line: inner for _f, line, _fn, inner, _incl in sampler.to_dict()["lines"]}
-    spin = (lines.get(11, 0) + lines.get(12, 0)) / sampler.samples
-    truth = ran["python_s"] / cpu
-    assert sampler.samples >= 30 and abs(spin - truth) < 0.15, (spin, truth, lines, sampler.samples)
-
-
-def test_a_script_s_own_sigprof_is_left_alone_and_lines_are_sampled_by_a_thread() -> None:
-    import signal
-
-    def mine(_signum: int, _frame: object) -> None:
-        pass
-
-    previous = signal.signal(signal.SIGPROF, mine)
-    try:
-        sampler = evidence.LineSampler(lambda filename: filename == __file__, threading.get_ident())
-        sampler.start()
-        time.sleep(0.05)
-        sampler.stop()
-        assert sampler.clock == "wall" and signal.getsignal(signal.SIGPROF) is mine
-        assert sampler.to_dict()["clock"] == "wall" and sampler.samples >= 2
-    finally:
-        signal.signal(signal.SIGPROF, previous)
 
 
 METRIC = """

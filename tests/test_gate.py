@@ -652,11 +652,15 @@ def test_the_verdict_names_the_line_where_the_line_sampler_saw_it(tmp_path: Path
     0.4 ms more per vector step on line 91 of buffer.py (a line the baseline never sampled); the verdict
     names that line, not add()'s ``def`` line that cProfile gives."""
     def samples(jitter: float, extra: float, step_ms: float, push_ms: float, select_ms: float) -> dict:
-        lines = [["/src/x.py", 40, "act", round(1000 * select_ms / step_ms), 900],
-                 ["/src/buffer.py", 88, "add", round(1000 * 0.5 * jitter / step_ms), 300]]
+        def count(ms: float) -> int:  # samples of 5 ms over the records' 1,000 vector steps
+            return round(ms * 1000 / 1e3 / 0.005)
+
+        lines = [["/src/x.py", 40, "act", count(select_ms), 900], ["/src/buffer.py", 88, "add", count(0.5 * jitter), 300]]
         if extra:
-            lines.append(["/src/buffer.py", 91, "add", round(1000 * extra * jitter / step_ms), 200])
-        return {"evidence": {"line_samples": {"interval_s": 0.005, "samples": 1000, "lines": lines}}}
+            lines.append(["/src/buffer.py", 91, "add", count(extra * jitter), 200])
+        # the script's set-up has samples too: a line's time is its samples', not its share of them all
+        return {"evidence": {"line_samples": {"interval_s": 0.005, "samples": 3 * sum(row[3] for row in lines),
+                                              "lines": lines}}}
 
     runs = _phase_runs(tmp_path, samples)
     code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),

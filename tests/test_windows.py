@@ -341,7 +341,7 @@ def test_the_line_sampler_holds_no_frame_of_the_script_and_ends_with_stop() -> N
     """A frame the sampler held across its wait was freed in its thread, with the script's tensors in
     it; at the interpreter's teardown torch then ended the process with SIGABRT ("terminate called
     without an active exception", 1 in ~100 profiles of a torch script)."""
-    sampler = LineSampler(lambda filename: filename == __file__, threading.get_ident(), clock="wall")
+    sampler = LineSampler(lambda filename: filename == __file__, threading.get_ident())
     sampler.start()
     try:
         alive = [_hold_a_local(0.1)() is not None for _ in range(3)]

@@ -710,13 +710,15 @@ def function_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[s
 
 def _line_ms(record: Mapping[str, Any]) -> dict[str, float]:
     """The line sampler's samples per line of the user's code (``rlperf profile -- python x.py``), as ms per
-    vector step: the samples with the line innermost of the user's frames, over all samples, × the mean step."""
+    vector step: the samples with the line innermost of the user's frames, each one sampling interval long (the
+    record's ``interval_s``), over the run's vector steps. Not a share of all the samples: those count the
+    script's imports and set-up too (two-thirds of a 300-step loop's, which read a line at a third of its time)."""
     sampled = (((record.get("profile") or {}).get("evidence") or {}).get("line_samples") or {})
-    total, rows = sampled.get("samples"), sampled.get("lines") or []
-    step, _ = _step_ms(record)
-    if not (is_number(total) and total > 0 and step is not None):
+    interval, rows = sampled.get("interval_s"), sampled.get("lines") or []
+    steps = (record.get("totals") or {}).get("vector_steps")
+    if not (is_number(interval) and interval > 0 and is_number(steps) and steps > 0):
         return {}
-    return {f"{row[0]}:{row[1]}({row[2]})": row[3] / total * step for row in rows
+    return {f"{row[0]}:{row[1]}({row[2]})": row[3] * interval / steps * 1e3 for row in rows
             if isinstance(row, list) and len(row) == 5 and is_number(row[3]) and row[3] > 0}
 
 

@@ -13,14 +13,13 @@ Cheap by design: one Python wrapper around ``nn.Module.__call__`` (a submodule's
 through) and a frame walk per top-level call. Nothing
 here imports torch: it is installed only when the script has imported it.
 
-:class:`LineSampler` samples which line of your code the script is on, by CPU time, which cProfile
-(calls, not lines) cannot say: where in a hot function its time goes, whether that is inside a loop.
+:class:`LineSampler` samples which line of your code the script is on, which cProfile (calls, not
+lines) cannot say: where in a hot function its time goes, whether that is inside a loop.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -346,21 +345,15 @@ SAMPLE_S = 0.01
 
 
 class LineSampler:
-    """Which line of your code the script's thread is on, sampled every :data:`SAMPLE_S` of the process's
-    CPU time (cProfile counts calls, not lines). Each sample counts, for the innermost frame of your
-    code, its line as *inner* (the line's own time with the library calls it makes), and every line of
-    your code on the stack as *inclusive*.
+    """Which line of your code the script's thread is on, sampled every :data:`SAMPLE_S` from a
+    thread of its own (cProfile counts calls, not lines). Each sample counts, for the innermost
+    frame of your code, its line as *inner* (the line's own time with the library calls it makes),
+    and every line of your code on the stack as *inclusive*. About 20 µs a sample, but each one
+    takes the GIL from the script: 2-4% of a torch loop at 100 samples a second (measured on
+    CleanRL-style DQN); a C call that holds the GIL delays the sample to just after it returns."""
 
-    In the main thread the samples come from ``SIGPROF`` (``ITIMER_PROF``: the process's CPU time), whose
-    handler runs in that thread at the next bytecode: a line's samples are its share of the CPU, whatever
-    other processes do, and a C call that holds the GIL counts for the line that made it. Where that
-    cannot be (another thread, the script's own use of ``SIGPROF``, or ``clock="wall"``) a thread of ours
-    samples every :data:`SAMPLE_S` of wall time (``clock`` becomes "wall"); it needs the GIL, so its
-    samples land where the script lets go of it (a torch call, a file read) and miss pure-Python
-    stretches between them."""
-
-    def __init__(self, own: Callable[[str], bool], thread_id: int, clock: str = "cpu") -> None:
-        self.own, self.thread_id, self.clock = own, thread_id, clock
+    def __init__(self, own: Callable[[str], bool], thread_id: int) -> None:
+        self.own, self.thread_id = own, thread_id
         self.mine: dict[Any, bool] = {}  # code object -> your code?
         self.inner: dict[tuple[str, int, str], int] = {}
         self.inclusive: dict[tuple[str, int, str], int] = {}
@@ -369,35 +362,17 @@ class LineSampler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self.clock == "cpu" and self.thread_id == threading.main_thread().ident == threading.get_ident() \
-                and signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, signal.SIG_IGN, None) \
-                and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0):
-            signal.signal(signal.SIGPROF, self._tick)
-            signal.siginterrupt(signal.SIGPROF, False)  # system calls restart after a tick
-            signal.setitimer(signal.ITIMER_PROF, SAMPLE_S, SAMPLE_S)
-            return
-        self.clock = "wall"
         self._thread = threading.Thread(target=self._run, name="rlperf-line-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop sampling. The timer is disarmed and the signal ignored, not reset to its default (which
-        ends the process: a tick already pending would). The sampler's thread is waited for: a thread of
-        ours still running at the interpreter's teardown may free the script's tensors there, and torch,
-        releasing the GIL to free one, then ends the process with SIGABRT ("terminate called without an
-        active exception")."""
-        if self.clock == "cpu":
-            signal.setitimer(signal.ITIMER_PROF, 0.0)
-            if signal.getsignal(signal.SIGPROF) == self._tick:
-                signal.signal(signal.SIGPROF, signal.SIG_IGN)
-            return
+        """Stop sampling, and wait for the sampler's thread to end: a thread of ours still running at
+        the interpreter's teardown may free the script's tensors there, and torch, releasing the GIL
+        to free one, then ends the process with SIGABRT ("terminate called without an active
+        exception")."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
-
-    def _tick(self, _signum: int, frame: Any) -> None:
-        if frame is not None:
-            self.sample(frame)
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -428,7 +403,7 @@ class LineSampler:
         self.samples += 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"interval_s": SAMPLE_S, "clock": self.clock, "samples": self.samples,
+        return {"interval_s": SAMPLE_S, "samples": self.samples,
                 "lines": [[*key, self.inner.get(key, 0), n] for key, n in sorted(self.inclusive.items())]}
 
 

@@ -154,8 +154,9 @@ class ScriptProfile:
 
     def compiled(self, fn: Key) -> bool:
         """Whether ``fn``'s loops run compiled (numba): cProfile charges a jitted call to the function's
-        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: a jitted
-        call's time counts for the line that made it, as a torch call's does.)"""
+        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: it samples
+        when the script's thread lets go of the GIL, and a short Python function between two torch calls
+        that release it shows no samples either.)"""
         return self.sources.jit_compiled(fn)
 
     def calls(self, key: Key) -> int:
