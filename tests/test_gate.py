@@ -672,6 +672,30 @@ def test_the_verdict_names_the_line_where_the_line_sampler_saw_it(tmp_path: Path
     assert v["why"].startswith("slower: push +0.4 ms per vector step (p < 0.001), buffer.py:91 add() +0.4"), v["why"]
 
 
+def test_a_line_the_sampler_saw_grow_outside_the_functions_that_grew_is_not_named(tmp_path: Path, capsys) -> None:
+    """The line sampler's thread samples where the script lets go of the GIL: a Python cost planted in push()
+    surfaced at the next torch call, sample()'s line, and the gate named that line. With cProfile's table, whose
+    functions grew is known: push() did, sample() did not; the function is named, not the line."""
+    def samples(jitter: float, extra: float, step_ms: float, push_ms: float, select_ms: float) -> dict:
+        def count(ms: float) -> int:  # samples of 5 ms over the records' 1,000 vector steps
+            return round(ms * 1000 / 1e3 / 0.005)
+
+        lines = [["/src/loop.py", 22, "push", count(0.5 * jitter), 300], ["/src/common.py", 68, "sample",
+                                                                           count((0.3 + extra) * jitter), 400]]
+        table = {"total_s": step_ms, "top": [
+            {"function": "/src/loop.py:16(push)", "tottime": 0.1 * jitter + extra, "cumtime": push_ms},
+            {"function": "/src/common.py:66(sample)", "tottime": 0.3 * jitter, "cumtime": 0.3 * jitter}]}
+        return {"cprofile": table, "evidence": {"line_samples": {"interval_s": 0.005, "samples": 5000, "lines": lines}}}
+
+    runs = _phase_runs(tmp_path, samples)
+    code, out, err = run_cli(["compare", *map(str, runs["base"]), "--candidate", *map(str, runs["cand"]),
+                              "--fail-if-slower", "5%", "--no-plot", "--json"], capsys)
+    v = json.loads(out)
+    assert code == 1 and v["lines"][0]["name"] == "/src/common.py:68(sample)" and v["lines"][0]["slower"], err
+    assert v["why"].startswith("slower: push +0.4 ms per vector step (p < 0.001), loop.py:16 push() +0.4"), v["why"]
+    assert "sample" not in v["why"]
+
+
 def test_the_ci_recipe_runs_as_written(tmp_path: Path, capsys) -> None:
     """The README's CI recipe at a small size: records made in the same job, interleaved, gated; and the
     config-vs-config form, which runs both sides itself (adding pairs while inconclusive)."""
