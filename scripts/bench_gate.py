@@ -194,6 +194,14 @@ def summary(kind: str, vs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The options every gate benchmark takes: the gate's threshold, a quick run, where results go."""
+    parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower, in percent")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="ci")
@@ -202,14 +210,11 @@ def main() -> None:
     parser.add_argument("--max-repeats", type=int, default=gate.DEFAULT_MAX_REPEATS,
                         help="runs a side while inconclusive (= --repeats: fixed repeats)")
     parser.add_argument("--trials", type=int, default=20, help="verdicts of each kind")
-    parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower, in percent")
     parser.add_argument("--kinds", default="identical,step:0.075,step:0.10,step:0.15,step:0.075/4,step:0.10/4,"
                                            "step:0.15/4,push:0.10")
     parser.add_argument("--metric", default=gate.DEFAULT_METRIC, choices=gate.METRICS)
     parser.add_argument("--threads", type=int, default=1, help="run.threads of every run")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", type=Path)
+    add_common_args(parser)
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeats, args.max_repeats, args.trials, args.kinds = 640, 3, 4, 2, "identical,push:0.15"

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_gate import clopper_pearson
+from bench_gate import add_common_args, clopper_pearson
 from benchutil import emit, machine_info, machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,10 +108,7 @@ def main() -> None:
     parser.add_argument("--plant", type=float, default=0.10, help="the candidate's planted work, a fraction of a step")
     parser.add_argument("--kind", choices=("python", "torch"), default="python", help="what the planted work does")
     parser.add_argument("--steps", type=int, default=300, help="vector steps of each run")
-    parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower, in percent")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", type=Path)
+    add_common_args(parser)
     args = parser.parse_args()
     if args.quick:
         args.pairs, args.window, args.steps = 3, 3, 60
