@@ -26,7 +26,6 @@ QUICK_RUNS: dict[str, tuple[str, ...]] = {
     "test_bench_peers_quick": ("bench_peers.py", "--quick", "--json", "--plot", "{tmp}/curves.png"),
     "test_bench_train_quick_knobs": ("bench_train.py", "--quick", "--part", "knobs", "--json"),
     "test_bench_gate_quick": ("bench_gate.py", "--quick", "--json"),
-    "test_bench_gate_lines_quick": ("bench_gate_lines.py", "--quick", "--kind", "torch", "--json"),
     "test_bench_replay_quick": ("bench_replay.py", "--quick", "--json"),
     "test_bench_limits_quick": ("bench_limits.py", "--quick", "--json"),
     "test_bench_env_quick": ("bench_env.py", "--quick", "--overheads", "--json"),
@@ -241,10 +240,3 @@ def test_bench_gate_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
         assert all(3 <= n <= 4 for n in r["runs_a_side"])  # 3 first, a pair more while inconclusive
     assert 0 <= result["kinds"]["push:0.15"]["predicted_fail_rate"] <= 1 and "signed-rank" in result["test"]
 
-
-def test_bench_gate_lines_quick(quick: dict[str, Future[tuple[dict, Path]]]) -> None:
-    result, _ = quick["test_bench_gate_lines_quick"].result()
-    assert result["settings"]["kind"] == "torch" and result["settings"]["planted_line"] == "loop.py:22(push)"
-    (v,) = result["verdicts"]  # 3 pairs, one window of 3
-    assert v["window"] == [0, 3] and v["paired"] and v["verdict"] in ("pass", "fail", "inconclusive")
-    assert result["summary"]["verdicts"] == 1 and result["summary"]["runs_s"] > 0
