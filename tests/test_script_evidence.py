@@ -568,6 +568,37 @@ def test_a_micro_benchmark_of_a_slow_forward_keeps_to_its_budget() -> None:
     assert result["slow_s"] == pytest.approx(0.02, abs=0.015)
 
 
+def test_a_micro_benchmark_compares_its_forms_pair_by_pair_in_cpu_time() -> None:
+    """The fast form burns two thirds of the slow one's CPU; beside busy processes (CPU time, the
+    warm-up too) the pairs' median ratio says so, and every pair's ratio lies under 1."""
+    from rlperf.instruments import evidence
+
+    def burn(seconds: float) -> None:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    result = evidence._interleaved(lambda: burn(0.003), lambda: burn(0.002), budget_s=0.2)
+    assert result["calls"] >= 5  # a wall-clock warm-up beside busy processes cut repeats to one call
+    assert result["ratio"] == pytest.approx(2 / 3, abs=0.1)
+    assert result["ratio_range"][0] <= result["ratio"] <= result["ratio_range"][1] < 1
+
+
+def test_a_saving_is_taken_from_the_pairs_when_the_two_medians_disagree() -> None:
+    """The two forms' medians can come from repeats a neighbour slowed differently (a gain of 5% here, and
+    their ranges overlap); every pair found the fast form 34% faster, and the saving says so. A pair that
+    found it no faster, with a gain under 10%, is noise: no saving."""
+    from rlperf.instruments.foreign import _bench_saving
+
+    bench = {"slow_s": 1e-3, "fast_s": 0.95e-3, "slow_range_s": [0.9e-3, 2e-3], "fast_range_s": [0.6e-3, 1.3e-3],
+             "ratio": 0.66, "ratio_range": [0.6, 0.7], "repeats": 5}
+    assert _bench_saving(2.0, bench) == pytest.approx(0.68)
+    assert _bench_saving(2.0, bench | {"ratio": 0.95, "ratio_range": [0.8, 1.05]}) == 0.0
+    assert _bench_saving(2.0, bench | {"ratio": 0.95, "ratio_range": [0.9, 0.97]}) == pytest.approx(0.1)
+    without_pairs = {k: v for k, v in bench.items() if not k.startswith("ratio")}
+    assert _bench_saving(2.0, without_pairs) == 0.0  # medians 5% apart, ranges overlapping
+
+
 def test_rlperf_reads_the_report_while_the_scripts_process_is_still_ending(tmp_path: Path) -> None:
     """The child says when its report is written: a script whose exit takes long (torch's teardown
     takes half a second; here an atexit handler sleeps) is read meanwhile, and its exit code kept."""

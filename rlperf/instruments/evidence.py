@@ -315,16 +315,19 @@ def _guarded(bench: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]
 
 def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int = 20,
                  budget_s: float = BENCH_S) -> dict[str, Any]:
-    """Median seconds per call of each form over :data:`REPEATS` interleaved repeats (after one
-    warm-up), each repeat ``calls`` calls or fewer: as many as fit the budget (a forward of a large
-    network on one sample is milliseconds; 20 x 5 x 33 of them would take seconds).
+    """Median seconds per call of each form over :data:`REPEATS` interleaved pairs of repeats (after
+    one warm-up), each repeat ``calls`` calls or fewer: as many as fit the budget (a forward of a large
+    network on one sample is milliseconds; 20 x 5 x 33 of them would take seconds). ``ratio`` is the
+    median of the pairs' fast / slow: a neighbour that comes and goes slows both forms of a pair alike,
+    and the ratio keeps only their difference where the two medians may come from different periods.
 
     Timed in the process's CPU time: beside busy processes a repeat of a few milliseconds loses its
-    CPU for whole time slices, and wall time then ranked inference_mode 2x slower than autograd."""
-    started = time.perf_counter()
+    CPU for whole time slices, and wall time then ranked inference_mode 2x slower than autograd (the
+    warm-up too: timed on the wall clock it cut a repeat to one call, shorter than a time slice)."""
+    started = time.process_time()
     slow()
     fast()
-    warm = time.perf_counter() - started
+    warm = time.process_time() - started
     calls = max(1, min(calls, int(budget_s / (REPEATS * max(warm, 1e-9)))))
     times: dict[str, list[float]] = {"slow_s": [], "fast_s": []}
     for _ in range(REPEATS):
@@ -334,7 +337,10 @@ def _interleaved(slow: Callable[[], None], fast: Callable[[], None], calls: int 
                 fn()
             times[name].append((time.process_time() - started) / calls)
     ranges = {f"{name[:-2]}_range_s": [min(v), max(v)] for name, v in times.items()}
-    return {name: sorted(v)[len(v) // 2] for name, v in times.items()} | ranges | {"repeats": REPEATS, "calls": calls}
+    ratios = sorted(f / s for f, s in zip(times["fast_s"], times["slow_s"], strict=True) if s > 0)
+    pairs = {"ratio": ratios[len(ratios) // 2], "ratio_range": [ratios[0], ratios[-1]]} if ratios else {}
+    return ({name: sorted(v)[len(v) // 2] for name, v in times.items()} | ranges | pairs
+            | {"repeats": REPEATS, "calls": calls})
 
 
 _FORWARDS: Forwards | None = None

@@ -552,14 +552,28 @@ def _noise(saving: float | None) -> str:
     return "; no saving: the two forms' repeats overlap" if saving == 0.0 else ""
 
 
+def _kept(bench: Mapping[str, Any]) -> float:
+    """What a micro-benchmark's fast form keeps of the slow one's time: the median of its interleaved
+    pairs' fast / slow (rlperf.instruments.evidence._interleaved), else the ratio of the two medians."""
+    return float(bench["ratio"]) if bench.get("ratio") is not None else bench["fast_s"] / bench["slow_s"]
+
+
+def _factor(bench: Mapping[str, Any]) -> str:
+    """``(1 − kept)`` as an estimate prints it, with the times per call it came from."""
+    pairs = f", the median of {bench['repeats']} interleaved pairs" if bench.get("ratio") is not None else ""
+    return f"(1 − {_kept(bench):.2f}: {call_time(bench['fast_s'])} against {call_time(bench['slow_s'])} per call{pairs})"
+
+
 def _bench_saving(seconds: float, bench: Mapping[str, Any] | None) -> float | None:
-    """``seconds`` × (1 − fast / slow) of a micro-benchmark; nothing when that is under 10% and its
-    repeats of the two forms overlap (a small difference inside its noise)."""
+    """``seconds`` × (1 − :func:`_kept`) of a micro-benchmark; nothing when that is under 10% and the
+    two forms overlap (a small difference inside its noise): a pair found the fast form no faster, or,
+    without pairs, the repeats' ranges overlap."""
     if not bench or not bench.get("slow_s") or not bench.get("fast_s"):
         return None
-    gain = max(0.0, 1 - bench["fast_s"] / bench["slow_s"])
-    slow, fast = bench.get("slow_range_s"), bench.get("fast_range_s")
-    if gain < 0.1 and slow and fast and fast[1] >= slow[0]:
+    gain = max(0.0, 1 - _kept(bench))
+    pairs, slow, fast = bench.get("ratio_range"), bench.get("slow_range_s"), bench.get("fast_range_s")
+    inside = pairs[1] >= 1.0 if pairs else bool(slow and fast and fast[1] >= slow[0])
+    if gain < 0.1 and inside:
         return 0.0
     return seconds * gain
 
@@ -584,10 +598,9 @@ def autograd_forward(ev: Evidence) -> Finding | None:
         return None
     site, saving, alone, bench = best
     estimate = (f"the forwards' {seconds_short(alone)} without the profiler ({site['grad_calls']:,} × "
-                f"{call_time(bench['slow_s'])}, at most the {seconds_short(site['grad_seconds'])} measured under it) × (1 − "
-                f"{call_time(bench['fast_s'])} / {call_time(bench['slow_s'])}): the same module on the same inputs under "
-                f"inference_mode against with grad, micro-benchmarked after the script, median of {bench['repeats']} "
-                f"interleaved repeats{_noise(saving)}"
+                f"{call_time(bench['slow_s'])}, at most the {seconds_short(site['grad_seconds'])} measured under it) × "
+                f"{_factor(bench)}: the same module on the same inputs under inference_mode against with grad, "
+                f"micro-benchmarked after the script{_noise(saving)}"
                 if saving is not None else f"not measured ({bench.get('error', 'no micro-benchmark')}): at most part of "
                 f"the forwards' {seconds_short(site['grad_seconds'])}")
     return finding(
@@ -626,8 +639,8 @@ def small_batch(ev: Evidence) -> Finding | None:
         saving = _bench_saving(alone, bench)
     estimate = (f"the per-sample calls' {seconds_short(alone)} without the profiler (the {seconds_short(seconds)} measured "
                 f"under it, scaled as the forward's {call_time(site['seconds'] / site['calls'])} per call under it is "
-                f"{call_time(bench['slow_s'] / bench['n'])} alone) × (1 − {call_time(bench['fast_s'])} / "
-                f"{call_time(bench['slow_s'])}): one forward of {bench['n']} stacked samples against {bench['n']} forwards "
+                f"{call_time(bench['slow_s'] / bench['n'])} alone) × {_factor(bench)}: one forward of {bench['n']} "
+                f"stacked samples against {bench['n']} forwards "
                 f"of one, the same module micro-benchmarked after the script{_noise(saving)}" if saving is not None else
                 f"not measured ({bench.get('error', 'no micro-benchmark')})")
     often = f", {per_step:,.0f} per step ({steps[1]})" if per_step is not None and steps else ""
@@ -1150,8 +1163,8 @@ def _torch_threads(ev: Evidence) -> Finding | None:
            f"{n} torch threads while the load average was {busy:.1f} on {cpus:g} CPUs")
     bench = ev.hooks.get("threads_bench")
     saving = _bench_saving(seconds, bench)
-    estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × (1 − {call_time(bench['fast_s'])} / "
-                f"{call_time(bench['slow_s'])}): the busiest module's forward and backward with {bench['fewer']} against "
+    estimate = (f"forward, backward and optimizer time {seconds_short(seconds)} × {_factor(bench)}: the busiest "
+                f"module's forward and backward with {bench['fewer']} against "
                 f"{bench['threads']} threads, micro-benchmarked after the script{_noise(saving)}"
                 if saving is not None and bench else
                 "not measured: depends on the other processes; profile --verify runs the script again with "
