@@ -239,6 +239,8 @@ class _Session:
                 timer._lock = threading.Lock()
         if self.profiler is not None:
             self.profiler.forked()
+        if not self.plain:
+            evidence.sample_worker()
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self.gc_monitor._callback)
         with contextlib.suppress(ValueError):  # SIGTERM ends a fork as python's default would (a Pool's
@@ -405,6 +407,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.plain:
         evidence.install(kind, name)
         evidence.sample_lines(kind, name)
+        workers = session.report.parent / "worker-samples"  # what the processes the script forks write
+        with contextlib.suppress(OSError):
+            workers.mkdir(exist_ok=True)
+            os.environ[evidence.WORKERS_ENV] = str(workers)
         session.census = evidence.ThreadCensus(evidence.usable_cpus())
         session.census.start()
     from rlperf.instruments.windows import WindowedProfiler

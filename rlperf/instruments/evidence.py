@@ -19,6 +19,7 @@ lines) cannot say: where in a hot function its time goes, whether that is inside
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -413,6 +414,176 @@ class LineSampler:
                 "lines": [[*key, self.inner.get(key, 0), n] for key, n in sorted(self.inclusive.items())]}
 
 
+WORKERS_ENV = "RLPERF_WORKER_SAMPLES"
+"""The folder where the processes the script forks write their samples (:class:`WorkerSampler`)."""
+ARM_S = 0.1
+"""Seconds after the fork that a worker's sampling starts (see :meth:`WorkerSampler._arm`)."""
+FLUSH_S = 0.5
+"""Seconds between two writes of a worker's samples: a worker ended by SIGTERM (a Pool's terminate(),
+rlperf's stop) loses at most this much."""
+
+
+class WorkerSampler:
+    """Where a process the script forked (a multiprocessing worker or actor, a vector env's worker, a
+    Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of the process's CPU time (``ITIMER_PROF``),
+    each sample weighted by the CPU its thread used since the one before, so neither a busy machine nor
+    a worker blocked on its pipe moves the shares. The handler runs in the worker's thread between two
+    bytecodes and sees the line that was running; a sampling thread, waiting for the GIL, saw only where
+    the worker released it (a vector env's pipe, between steps of pure Python). For the frames of your
+    code it keeps the innermost line (with the library calls it makes), each function on the stack, and
+    each call between two of your frames or from yours into a library's, with the caller's line.
+    Written to ``worker-PID.json`` in the folder every :data:`FLUSH_S` and as the process exits."""
+
+    def __init__(self, own: Callable[[str], bool], folder: str, inherited: list[Any] | None = None) -> None:
+        self.own = own
+        # The frames that called fork: the parent's, still on this stack (main() and the Pool's start
+        # under the worker's loop). A walk stops there; held, so that no new frame takes their ids.
+        self.inherited = inherited or []
+        self.stop_at = {id(f) for f in self.inherited}
+        self.pid = os.getpid()
+        self.path = os.path.join(folder, f"worker-{self.pid}.json")
+        self.mine: dict[Any, bool] = {}
+        self.cpu_s = 0.0
+        self.lines: dict[tuple[str, int, str, int], float] = {}  # (file, first line, function, line)
+        self.functions: dict[tuple[str, int, str], float] = {}
+        self.edges: dict[tuple[str, int, str, str, int, str], float] = {}  # caller (file, line, fn) -> callee
+        self.samples = 0
+        self.last = time.thread_time()
+        self.flushed = time.perf_counter()
+        self.busy = False  # a tick during a flush (at exit) waits for the next
+
+    def start(self) -> None:
+        import atexit
+        import signal
+
+        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, None):
+            return  # the script samples its workers itself
+        signal.signal(signal.SIGPROF, self._tick)
+        signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
+        atexit.register(self.flush)  # a fork that returns to the script's code and exits
+        if "multiprocessing" in sys.modules:  # a multiprocessing worker ends with os._exit, after its finalizers
+            from multiprocessing import util
+
+            util.Finalize(None, self.flush, exitpriority=100)
+        threading.Thread(target=self._arm, name="rlperf-worker-sampler", daemon=True).start()
+
+    def _arm(self) -> None:
+        """Start the ticks, :data:`ARM_S` after the fork, from a thread: an interval timer outlives
+        exec, and SIGPROF would end the program a fork execs at once (subprocess's ``preexec_fn``,
+        ``os.fork()`` then ``os.exec*``); such a fork is gone, with this thread, before it ticks."""
+        import signal
+
+        time.sleep(ARM_S)
+        if os.getpid() == self.pid:
+            signal.setitimer(signal.ITIMER_PROF, SAMPLE_S, SAMPLE_S)
+
+    def _tick(self, signum: int, frame: Any) -> None:
+        now = time.thread_time()
+        seconds, self.last = now - self.last, now
+        if self.busy or frame is None:
+            return
+        self.busy = True
+        try:
+            self.sample(frame, seconds)
+        finally:
+            self.busy = False
+        if time.perf_counter() - self.flushed >= FLUSH_S:
+            self.flush()
+
+    def sample(self, frame: Any, seconds: float) -> None:
+        callee: tuple[str, int, str] | None = None  # the frame the one at hand called (the walk goes outwards)
+        found = False
+        seen: set[Any] = set()
+        while frame is not None and id(frame) not in self.stop_at:
+            code = frame.f_code
+            mine = self.mine.get(code)
+            if mine is None:
+                mine = self.mine[code] = self.own(code.co_filename)
+            here = (code.co_filename, code.co_firstlineno, code.co_name)
+            if mine:
+                line = frame.f_lineno or 0
+                if not found:
+                    self.lines[(*here, line)] = self.lines.get((*here, line), 0.0) + seconds
+                    found = True
+                if here not in seen:
+                    seen.add(here)
+                    self.functions[here] = self.functions.get(here, 0.0) + seconds
+                if callee is not None:
+                    edge = (code.co_filename, line, code.co_name, *callee)
+                    if edge not in seen:
+                        seen.add(edge)
+                        self.edges[edge] = self.edges.get(edge, 0.0) + seconds
+            callee = here  # what the next frame out called: yours, or a library's function called from your line
+            frame = frame.f_back
+        self.cpu_s += seconds
+        self.samples += 1
+
+    def flush(self) -> None:
+        if self.busy or os.getpid() != self.pid:
+            return
+        self.busy = True
+        try:
+            data = {"pid": self.pid, "cpu_s": self.cpu_s, "samples": self.samples,
+                    "lines": [[*k, v] for k, v in self.lines.items()],
+                    "functions": [[*k, v] for k, v in self.functions.items()],
+                    "edges": [[*k, v] for k, v in self.edges.items()]}
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, self.path)
+        except OSError:  # the folder is gone (rlperf ended first): nobody reads it
+            pass
+        finally:
+            self.flushed = time.perf_counter()
+            self.busy = False
+
+
+def sample_worker() -> None:
+    """In a process the script forked: sample it (:class:`WorkerSampler`), if the script is sampled."""
+    global _SAMPLER
+    folder = os.environ.get(WORKERS_ENV)
+    parent, _SAMPLER = _SAMPLER, None  # the script's sampler: its thread did not survive the fork
+    if folder and parent is not None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        inherited: list[Any] = []
+        frame: Any = sys._getframe(1)
+        while frame is not None:  # from the caller of os.fork out (rlperf's at-fork hook left out)
+            if not os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+                inherited.append(frame)
+            frame = frame.f_back
+        WorkerSampler(parent.own, folder, inherited).start()
+
+
+def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
+    """What the script's forked processes wrote (:class:`WorkerSampler`), summed over the processes
+    (the same code in each): None when none was sampled."""
+    folder = folder or os.environ.get(WORKERS_ENV)
+    if not folder or not os.path.isdir(folder):
+        return None
+    total: dict[str, Any] = {"processes": 0, "cpu_s": 0.0, "samples": 0}
+    sums: dict[str, dict[tuple[Any, ...], float]] = {"lines": {}, "functions": {}, "edges": {}}
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("worker-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not data.get("samples"):
+            continue
+        total["processes"] += 1
+        total["cpu_s"] += float(data["cpu_s"])
+        total["samples"] += int(data["samples"])
+        for kind, rows in sums.items():
+            for *key, seconds in data.get(kind) or []:
+                rows[tuple(key)] = rows.get(tuple(key), 0.0) + float(seconds)
+    if not total["processes"]:
+        return None
+    return total | {"interval_s": SAMPLE_S} | {kind: [[*k, v] for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
+                                              for kind, rows in sums.items()}
+
+
 _SAMPLER: LineSampler | None = None
 
 
@@ -450,6 +621,9 @@ def collect() -> dict[str, Any]:
     if _SAMPLER is not None:
         _SAMPLER.stop()
         found["line_samples"] = _SAMPLER.to_dict()
+    workers = worker_samples()
+    if workers is not None:
+        found["workers"] = workers
     return found | {"profiler_cost": profiler_cost()}
 
 

@@ -792,7 +792,9 @@ def logging_rule(ev: Evidence) -> Finding | None:
     keys += [k for b in FILE_WRITES for k in p.keys(builtin=b)] + p.keys("dump", "json/__init__.py")
     logs = p.edges(keys)
     n_logs, _ = _total(logs)
-    if n_logs / steps[0] < 0.5:
+    # Logging every step needs steps: a handful of writes (a file of weights written once, a print at the
+    # end) in a script whose loop runs in its workers is not it, whatever the few "steps" counted.
+    if n_logs < MIN_LOGS or n_logs / steps[0] < 0.5:
         return None
     # The reads of device values that go with the logs: .item()/.tolist() and tensor formatting in the
     # same functions, at most a few per log call.
@@ -818,6 +820,9 @@ def logging_rule(ev: Evidence) -> Finding | None:
     return finding("logging", evidence, seconds * (1 - 1 / 100),
                    f"{measured} × (1 − 1/100): one log every 100 steps", where=where)
 
+
+MIN_LOGS = 10
+"""The fewest log calls that can be logging every step."""
 
 PROGRESS_CALLS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str", "write")
 """tqdm's calls that redraw a progress bar with new values (``update`` draws at most every ``mininterval``)."""
@@ -1497,6 +1502,89 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
     return best, best_fn
 
 
+_EXPECTED_LIBRARY = (("torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl", "__call__")),
+                     ("torch/_tensor.py", ("backward",)), ("torch/autograd/", ()), ("torch/optim/", ()))
+"""Library calls that are a loop's expected work: a module's forward, a backward, an optimizer's step."""
+
+
+def _expected_library(file: str, function: str) -> bool:
+    path = file.replace(os.sep, "/")
+    return (file.startswith(_RLPERF_DIR) or any(w in path for w in _WAITING)
+            or any(part in path and (not names or function in names) for part, names in _EXPECTED_LIBRARY))
+
+
+ONE_LINE = 0.8
+"""The most of a worker's loop time one statement may hold for the loop to count as Python's own work."""
+
+
+def worker_hot_spot(ev: Evidence) -> Finding | None:
+    """Work in the processes the script forked (its workers, actors, a vector env's or a Pool's) that
+    holds most of their CPU and that no loop of theirs needs: a library call made from a line of yours
+    (not a module's forward, a backward, an optimizer step, an env step or a wait), an object built
+    again and again (a class's ``__init__``), or a function's own Python loops. Read from CPU-time
+    samples of the workers (rlperf.instruments.evidence.WorkerSampler); saving: at most that CPU over
+    the CPUs the workers shared (what the script waits for, when it waits for its workers)."""
+    workers, p = ev.hooks.get("workers") or {}, ev.p
+    cpu = float(workers.get("cpu_s") or 0.0)
+    if p is None or cpu <= 0:
+        return None
+    lines = workers.get("lines") or []
+    edges = workers.get("edges") or []
+    best: tuple[float, str, str] | None = None  # (seconds, where, what)
+    for cfile, cline, cfn, file, first, fn, seconds in edges:
+        if (seconds < LIBRARY_HOT_SHARE * cpu or p.is_user((file, first, fn)) or _env_function(fn)
+                or _expected_library(file, fn)) or (best is not None and seconds <= best[0]):
+            continue
+        where = f"{short_file(cfile)}:{cline} ({cfn})"
+        best = (seconds, where, f"the library call {fn}() from {where}")
+    for file, first, fn, seconds in workers.get("functions") or []:
+        key = (file, first, fn)
+        if seconds < HOT_SHARE * cpu or not p.is_user(key) or fn.startswith("<") or (best and seconds <= best[0]):
+            continue
+        if fn == "__init__":  # the same object built for every task or step: where it is built
+            sites = sorted((e for e in edges if tuple(e[3:6]) == key), key=lambda e: -e[6])
+            if sites:
+                where = f"{short_file(sites[0][0])}:{sites[0][1]} ({sites[0][2]})"
+                name = p.sources.class_of(key) or "an object"
+                best = (seconds, where, f"building {name}() at {where}")
+            continue
+        if _env_function(fn):
+            continue
+        # Its own Python time inside loops of its own: the lines' time less the library calls they make
+        called: dict[int, float] = {}
+        for cfile, cline, _, efile, efirst, efn, s in edges:
+            if cfile == file and not p.is_user((efile, efirst, efn)):
+                called[cline] = called.get(cline, 0.0) + s
+        looped: dict[int, float] = {}
+        by_line: dict[int, float] = {}
+        for lfile, lfirst, lfn, line, s in lines:
+            loop = p.sources.enclosing_loop(file, line) if (lfile, lfirst, lfn) == key else None
+            if loop is not None and loop > first:
+                looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get(line, 0.0))
+                by_line[line] = max(0.0, s - called.get(line, 0.0))
+        own = sum(looped.values())
+        # Python's own work spreads over the loop's statements; a loop whose time sits on one statement
+        # is that statement's C call (a matrix product, a vectorized op), which no loop overhead explains.
+        python = bool(by_line) and max(by_line.values()) <= ONE_LINE * own
+        if python and own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
+            loop = max(looped, key=lambda k: looped[k])
+            where = f"{short_file(file)}:{loop} ({fn})"
+            best = (seconds, where, f"your function {fn}, its Python loop at {where},")
+    if best is None:
+        return None
+    seconds, where, what = best
+    n = int(workers.get("processes") or 1)
+    load = (ev.record.get("profile") or {}).get("load") or {}
+    spread = max(1.0, min(float(n), float(load.get("cpus") or effective_cpus())))
+    return finding(
+        "hot_spot",
+        f"in the {n} worker process(es) the script forked, {what} held {seconds_short(seconds)} of their "
+        f"{seconds_short(cpu)} of CPU ({percent_short(seconds / cpu)}, CPU-time samples of each worker), and no rule "
+        "of the checklist explains it",
+        seconds / spread, f"at most its {seconds_short(seconds)} of the workers' CPU over the {spread:g} CPUs they "
+        "shared: what the script waits for when it waits for its workers, if a fix removes the work", where=where)
+
+
 SCRIPT_RULES: tuple[ScriptRule, ...] = (
     host_copy,
     update_ratio,
@@ -1513,6 +1601,7 @@ SCRIPT_RULES: tuple[ScriptRule, ...] = (
     gc_pauses,
     threads,
     env_backend,
+    worker_hot_spot,
 )
 
 
