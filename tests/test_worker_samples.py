@@ -192,3 +192,33 @@ def test_a_fork_that_execs_at_once_runs_its_program_unharmed(tmp_path: Path) -> 
                            str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "exec'd program ended with 7" in proc.stdout, proc.stdout[-2000:]
+
+
+NESTED = """
+import multiprocessing as mp
+
+def spin(n):
+    total = 0
+    for i in range(n):  # planted
+        total += i % 7
+    return total
+
+def middle(n):
+    with mp.get_context("fork").Pool(1) as pool:  # a worker that forks a worker of its own
+        print(sum(pool.map(spin, [n] * 4)))
+
+if __name__ == "__main__":
+    actor = mp.get_context("fork").Process(target=middle, args=(1_500_000,))
+    actor.start()
+    actor.join()
+"""
+
+
+def test_a_worker_forked_by_a_worker_is_sampled_too(tmp_path: Path) -> None:
+    script = tmp_path / "nested.py"
+    script.write_text(NESTED)
+    record = profile(tmp_path, script, fix=False)
+    workers = record["profile"]["evidence"]["workers"]
+    assert workers["processes"] >= 1, workers  # the middle one only waits: no sample
+    lines = {(Path(f).name, line): s for f, _, _, line, s in workers["lines"]}
+    assert sum(s for (f, line), s in lines.items() if f == "nested.py" and line in (6, 7)) > 0.5 * workers["cpu_s"], lines

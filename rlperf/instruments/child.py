@@ -239,13 +239,13 @@ class _Session:
                 timer._lock = threading.Lock()
         if self.profiler is not None:
             self.profiler.forked()
-        if not self.plain:
-            evidence.sample_worker()
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self.gc_monitor._callback)
         with contextlib.suppress(ValueError):  # SIGTERM ends a fork as python's default would (a Pool's
             if signal.getsignal(signal.SIGTERM) is _terminate:  # terminate() ends its workers so), not
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # with rlperf's stop and a traceback
+        if not self.plain:
+            evidence.sample_worker()
 
     def on_step(self, timer: Any) -> None:
         """After each of the script's ``step_done()`` calls: the torch window."""

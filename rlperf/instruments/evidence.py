@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlperf import script_registry
+
 REPEATS = 5
 """Interleaved repeats of each micro-benchmark (the median is kept)."""
 BENCH_BUDGET_S = 0.4
@@ -456,10 +458,12 @@ class WorkerSampler:
         import atexit
         import signal
 
-        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, None):
-            return  # the script samples its workers itself
+        handler = signal.getsignal(signal.SIGPROF)
+        if handler not in (signal.SIG_DFL, None) and not isinstance(getattr(handler, "__self__", None), WorkerSampler):
+            return  # the script samples its workers itself (a fork of a worker inherits the worker's handler)
         signal.signal(signal.SIGPROF, self._tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
+        script_registry.before_sigterm(self.flush)  # a Pool's terminate() ends its workers so
         atexit.register(self.flush)  # a fork that returns to the script's code and exits
         if "multiprocessing" in sys.modules:  # a multiprocessing worker ends with os._exit, after its finalizers
             from multiprocessing import util
@@ -519,18 +523,23 @@ class WorkerSampler:
         self.samples += 1
 
     def flush(self) -> None:
+        """Write the samples (from a tick, atexit, the worker's end, or SIGTERM's writer thread: the
+        dicts are copied whole first, which a tick cannot interrupt)."""
         if self.busy or os.getpid() != self.pid:
             return
         self.busy = True
         try:
-            data = {"pid": self.pid, "cpu_s": self.cpu_s, "samples": self.samples,
-                    "lines": [[*k, v] for k, v in self.lines.items()],
-                    "functions": [[*k, v] for k, v in self.functions.items()],
-                    "edges": [[*k, v] for k, v in self.edges.items()]}
-            tmp = f"{self.path}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.path)
+            with script_registry.writing():
+                cpu, samples = self.cpu_s, self.samples
+                lines, functions, edges = dict(self.lines), dict(self.functions), dict(self.edges)
+                data = {"pid": self.pid, "cpu_s": cpu, "samples": samples,
+                        "lines": [[*k, v] for k, v in lines.items()],
+                        "functions": [[*k, v] for k, v in functions.items()],
+                        "edges": [[*k, v] for k, v in edges.items()]}
+                tmp = f"{self.path}.tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+                os.replace(tmp, self.path)
         except OSError:  # the folder is gone (rlperf ended first): nobody reads it
             pass
         finally:
@@ -540,10 +549,11 @@ class WorkerSampler:
 
 def sample_worker() -> None:
     """In a process the script forked: sample it (:class:`WorkerSampler`), if the script is sampled."""
-    global _SAMPLER
+    global _SAMPLER, _OWN
     folder = os.environ.get(WORKERS_ENV)
-    parent, _SAMPLER = _SAMPLER, None  # the script's sampler: its thread did not survive the fork
-    if folder and parent is not None:
+    if _SAMPLER is not None:  # the script's sampler: its thread did not survive the fork
+        _OWN, _SAMPLER = _SAMPLER.own, None
+    if folder and _OWN is not None:
         here = os.path.dirname(os.path.abspath(__file__))
         inherited: list[Any] = []
         frame: Any = sys._getframe(1)
@@ -551,7 +561,7 @@ def sample_worker() -> None:
             if not os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
                 inherited.append(frame)
             frame = frame.f_back
-        WorkerSampler(parent.own, folder, inherited).start()
+        WorkerSampler(_OWN, folder, inherited).start()
 
 
 def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
@@ -585,6 +595,7 @@ def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
 
 
 _SAMPLER: LineSampler | None = None
+_OWN: Callable[[str], bool] | None = None  # in a fork: what is your code (a fork of a worker is sampled too)
 
 
 def sample_lines(kind: str, name: str) -> None:

@@ -1513,10 +1513,6 @@ def _expected_library(file: str, function: str) -> bool:
             or any(part in path and (not names or function in names) for part, names in _EXPECTED_LIBRARY))
 
 
-ONE_LINE = 0.8
-"""The most of a worker's loop time one statement may hold for the loop to count as Python's own work."""
-
-
 def worker_hot_spot(ev: Evidence) -> Finding | None:
     """Work in the processes the script forked (its workers, actors, a vector env's or a Pool's) that
     holds most of their CPU and that no loop of theirs needs: a library call made from a line of yours
@@ -1555,18 +1551,14 @@ def worker_hot_spot(ev: Evidence) -> Finding | None:
         for cfile, cline, _, efile, efirst, efn, s in edges:
             if cfile == file and not p.is_user((efile, efirst, efn)):
                 called[cline] = called.get(cline, 0.0) + s
+        # (a statement handing arrays to numpy or torch is that call's C work, not the loop's own)
         looped: dict[int, float] = {}
-        by_line: dict[int, float] = {}
         for lfile, lfirst, lfn, line, s in lines:
             loop = p.sources.enclosing_loop(file, line) if (lfile, lfirst, lfn) == key else None
-            if loop is not None and loop > first:
+            if loop is not None and loop > first and not p.sources.array_call(file, line):
                 looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get(line, 0.0))
-                by_line[line] = max(0.0, s - called.get(line, 0.0))
         own = sum(looped.values())
-        # Python's own work spreads over the loop's statements; a loop whose time sits on one statement
-        # is that statement's C call (a matrix product, a vectorized op), which no loop overhead explains.
-        python = bool(by_line) and max(by_line.values()) <= ONE_LINE * own
-        if python and own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
+        if own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
             loop = max(looped, key=lambda k: looped[k])
             where = f"{short_file(file)}:{loop} ({fn})"
             best = (seconds, where, f"your function {fn}, its Python loop at {where},")

@@ -97,6 +97,10 @@ def _calls(node: ast.AST) -> list[tuple[ast.Call, str | None, int]]:
     return out
 
 
+_ARRAY_MODULES = frozenset({"np", "numpy", "torch", "jnp", "jax", "cp", "cupy", "scipy", "tf", "F", "sp"})
+"""The names array libraries are imported as (``F``: torch.nn.functional)."""
+
+
 class Sources:
     """Your files parsed once: the function a cProfile key names, and the lines of calls inside it."""
 
@@ -327,6 +331,24 @@ class Sources:
                     and node.lineno <= line <= node.end_lineno and (best is None or node.lineno > best[0]):
                 best = (node.lineno, node.name)
         return best[1] if best else ("<module>" if tree is not None else None)
+
+    def array_call(self, file: str, line: int) -> bool:
+        """Whether the statement on ``line`` hands arrays to a library in one call: a matrix product
+        (``@``) or a call of an array library's function (``np.tanh(...)``, ``torch.cat(...)``): its time
+        is that call's C work, which no loop overhead explains (unlike ``math.hypot`` on two floats)."""
+        tree = self.tree(file)
+        for node in ast.walk(tree) if tree is not None else ():
+            if getattr(node, "lineno", None) != line:
+                continue
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                return True
+            if isinstance(node, ast.Call):
+                root = node.func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in _ARRAY_MODULES and root is not node.func:
+                    return True
+        return False
 
     def enclosing_loop(self, file: str, line: int) -> int | None:
         """The line of the innermost loop whose body holds ``line`` (comprehensions count), or None."""
