@@ -406,11 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     session.plain = args.plain
     if not args.plain:
         evidence.install(kind, name)
-        evidence.sample_lines(kind, name)
-        workers = session.report.parent / "worker-samples"  # what the processes the script forks write
-        with contextlib.suppress(OSError):
-            workers.mkdir(exist_ok=True)
-            os.environ[evidence.WORKERS_ENV] = str(workers)
+        evidence.sample_lines(kind, name, session.report.parent / "worker-samples")
         session.census = evidence.ThreadCensus(evidence.usable_cpus())
         session.census.start()
     from rlperf.instruments.windows import WindowedProfiler

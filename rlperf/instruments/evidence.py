@@ -19,12 +19,14 @@ lines) cannot say: where in a hot function its time goes, whether that is inside
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rlperf import script_registry
@@ -452,7 +454,8 @@ class WorkerSampler:
         self.samples = 0
         self.last = time.thread_time()
         self.flushed = time.perf_counter()
-        self.busy = False  # a tick during a flush (at exit) waits for the next
+        self.busy = False  # a tick that interrupted a tick's sample waits for the next
+        self.flushing = False  # a tick or SIGTERM during a flush (at exit) leaves the flush to it
 
     def start(self) -> None:
         import atexit
@@ -525,9 +528,9 @@ class WorkerSampler:
     def flush(self) -> None:
         """Write the samples (from a tick, atexit, the worker's end, or SIGTERM's writer thread: the
         dicts are copied whole first, which a tick cannot interrupt)."""
-        if self.busy or os.getpid() != self.pid:
+        if self.flushing or os.getpid() != self.pid:
             return
-        self.busy = True
+        self.flushing = True
         try:
             with script_registry.writing():
                 cpu, samples = self.cpu_s, self.samples
@@ -544,7 +547,7 @@ class WorkerSampler:
             pass
         finally:
             self.flushed = time.perf_counter()
-            self.busy = False
+            self.flushing = False
 
 
 def sample_worker() -> None:
@@ -598,10 +601,16 @@ _SAMPLER: LineSampler | None = None
 _OWN: Callable[[str], bool] | None = None  # in a fork: what is your code (a fork of a worker is sampled too)
 
 
-def sample_lines(kind: str, name: str) -> None:
-    """Start sampling the calling thread's lines of your code (see :class:`LineSampler`)."""
+def sample_lines(kind: str, name: str, workers: Path | None = None) -> None:
+    """Start sampling the calling thread's lines of your code (see :class:`LineSampler`); the
+    processes the script forks write their samples into ``workers`` (:class:`WorkerSampler`)."""
     global _SAMPLER
     from rlperf.instruments.profilers import user_code
+
+    if workers is not None:
+        with contextlib.suppress(OSError):
+            workers.mkdir(exist_ok=True)
+            os.environ[WORKERS_ENV] = str(workers)
 
     _SAMPLER = LineSampler(user_code(script_roots(kind, name)), threading.get_ident())
     _SAMPLER.start()

@@ -1507,10 +1507,21 @@ _EXPECTED_LIBRARY = (("torch/nn/modules/module.py", ("_call_impl", "_wrapped_cal
 """Library calls that are a loop's expected work: a module's forward, a backward, an optimizer's step."""
 
 
+_ARRAY_LIBRARIES = ("/numpy/", "/scipy/", "/jax/", "/torch/")
+
+
 def _expected_library(file: str, function: str) -> bool:
     path = file.replace(os.sep, "/")
     return (file.startswith(_RLPERF_DIR) or any(w in path for w in _WAITING)
             or any(part in path and (not names or function in names) for part, names in _EXPECTED_LIBRARY))
+
+
+def _array_work(file: str) -> bool:
+    """A function of an array library that computes (not torch.load's or np.load's file reading): a
+    worker's own work, which a worker whose job is arithmetic spends most of its CPU in."""
+    path = file.replace(os.sep, "/")
+    return any(lib in path for lib in _ARRAY_LIBRARIES) and not any(
+        io in path for io in ("serialization", "/lib/npyio", "/lib/_npyio", "/lib/format", "/hub"))
 
 
 def worker_hot_spot(ev: Evidence) -> Finding | None:
@@ -1524,47 +1535,10 @@ def worker_hot_spot(ev: Evidence) -> Finding | None:
     cpu = float(workers.get("cpu_s") or 0.0)
     if p is None or cpu <= 0:
         return None
-    lines = workers.get("lines") or []
-    edges = workers.get("edges") or []
-    best: tuple[float, str, str] | None = None  # (seconds, where, what)
-    for cfile, cline, cfn, file, first, fn, seconds in edges:
-        if (seconds < LIBRARY_HOT_SHARE * cpu or p.is_user((file, first, fn)) or _env_function(fn)
-                or _expected_library(file, fn)) or (best is not None and seconds <= best[0]):
-            continue
-        where = f"{short_file(cfile)}:{cline} ({cfn})"
-        best = (seconds, where, f"the library call {fn}() from {where}")
-    for file, first, fn, seconds in workers.get("functions") or []:
-        key = (file, first, fn)
-        if seconds < HOT_SHARE * cpu or not p.is_user(key) or fn.startswith("<") or (best and seconds <= best[0]):
-            continue
-        if fn == "__init__":  # the same object built for every task or step: where it is built
-            sites = sorted((e for e in edges if tuple(e[3:6]) == key), key=lambda e: -e[6])
-            if sites:
-                where = f"{short_file(sites[0][0])}:{sites[0][1]} ({sites[0][2]})"
-                name = p.sources.class_of(key) or "an object"
-                best = (seconds, where, f"building {name}() at {where}")
-            continue
-        if _env_function(fn):
-            continue
-        # Its own Python time inside loops of its own: the lines' time less the library calls they make
-        called: dict[int, float] = {}
-        for cfile, cline, _, efile, efirst, efn, s in edges:
-            if cfile == file and not p.is_user((efile, efirst, efn)):
-                called[cline] = called.get(cline, 0.0) + s
-        # (a statement handing arrays to numpy or torch is that call's C work, not the loop's own)
-        looped: dict[int, float] = {}
-        for lfile, lfirst, lfn, line, s in lines:
-            loop = p.sources.enclosing_loop(file, line) if (lfile, lfirst, lfn) == key else None
-            if loop is not None and loop > first and not p.sources.array_call(file, line):
-                looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get(line, 0.0))
-        own = sum(looped.values())
-        if own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
-            loop = max(looped, key=lambda k: looped[k])
-            where = f"{short_file(file)}:{loop} ({fn})"
-            best = (seconds, where, f"your function {fn}, its Python loop at {where},")
-    if best is None:
+    found = [c for c in (_worker_library_call(p, workers, cpu), _worker_function(p, workers, cpu)) if c is not None]
+    if not found:
         return None
-    seconds, where, what = best
+    seconds, where, what = max(found)
     n = int(workers.get("processes") or 1)
     load = (ev.record.get("profile") or {}).get("load") or {}
     spread = max(1.0, min(float(n), float(load.get("cpus") or effective_cpus())))
@@ -1575,6 +1549,55 @@ def worker_hot_spot(ev: Evidence) -> Finding | None:
         "of the checklist explains it",
         seconds / spread, f"at most its {seconds_short(seconds)} of the workers' CPU over the {spread:g} CPUs they "
         "shared: what the script waits for when it waits for its workers, if a fix removes the work", where=where)
+
+
+def _worker_library_call(p: ScriptProfile, workers: Mapping[str, Any], cpu: float) -> tuple[float, str, str] | None:
+    """The library call from a line of yours holding :data:`LIBRARY_HOT_SHARE` of the workers' CPU
+    that is not their expected work (a network's passes, a wait, an array library's arithmetic):
+    (seconds, where, what)."""
+    best: tuple[float, str, str] | None = None
+    for cfile, cline, cfn, file, first, fn, seconds in workers.get("edges") or []:
+        if (seconds < LIBRARY_HOT_SHARE * cpu or p.is_user((file, first, fn)) or _env_function(fn)
+                or _expected_library(file, fn) or _array_work(file)) or (best is not None and seconds <= best[0]):
+            continue
+        where = f"{short_file(cfile)}:{cline} ({cfn})"
+        best = (seconds, where, f"the library call {fn}() from {where}")
+    return best
+
+
+def _worker_function(p: ScriptProfile, workers: Mapping[str, Any], cpu: float) -> tuple[float, str, str] | None:
+    """Your function in the workers holding :data:`HOT_SHARE` of their CPU as an object built again and
+    again (named where it is built) or as its own Python loop: (seconds, where, what)."""
+    edges = workers.get("edges") or []
+    best: tuple[float, str, str] | None = None
+    for file, first, fn, seconds in workers.get("functions") or []:
+        key = (file, first, fn)
+        if seconds < HOT_SHARE * cpu or not p.is_user(key) or fn.startswith("<") or (best and seconds <= best[0]):
+            continue
+        if fn == "__init__":  # the same object built for every task or step: where it is built
+            sites = sorted((e for e in edges if tuple(e[3:6]) == key), key=lambda e: -e[6])
+            if sites:
+                where = f"{short_file(sites[0][0])}:{sites[0][1]} ({sites[0][2]})"
+                best = (seconds, where, f"building {p.sources.class_of(key) or 'an object'}() at {where}")
+            continue
+        if _env_function(fn):
+            continue
+        # Its own Python time inside loops of its own: the lines' time less the library calls they make
+        # (a statement handing arrays to numpy or torch is that call's C work, not the loop's own)
+        called: dict[int, float] = {}
+        for cfile, cline, _, efile, efirst, efn, s in edges:
+            if cfile == file and not p.is_user((efile, efirst, efn)):
+                called[cline] = called.get(cline, 0.0) + s
+        looped: dict[int, float] = {}
+        for lfile, lfirst, lfn, line, s in workers.get("lines") or []:
+            loop = p.sources.enclosing_loop(file, line) if (lfile, lfirst, lfn) == key else None
+            if loop is not None and loop > first and not p.sources.array_call(file, line):
+                looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get(line, 0.0))
+        own = sum(looped.values())
+        if own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
+            where = f"{short_file(file)}:{max(looped, key=lambda k: looped[k])} ({fn})"
+            best = (seconds, where, f"your function {fn}, its Python loop at {where},")
+    return best
 
 
 SCRIPT_RULES: tuple[ScriptRule, ...] = (
