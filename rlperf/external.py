@@ -31,7 +31,7 @@ import resource
 import sys
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -51,6 +51,7 @@ torch; a test keeps the two equal)."""
 _process_timers: tuple[int, list[PhaseTimer]] | None = None  # (pid, timers) of such a process
 _process_timers_written: int | None = None  # the pid whose timers were written
 _writing = False  # this process is writing them now
+_end_after_write = False  # and a SIGTERM came meanwhile
 
 
 def _keep(timer: PhaseTimer) -> None:
@@ -74,14 +75,36 @@ def _keep(timer: PhaseTimer) -> None:
             from multiprocessing import util
 
             util.Finalize(None, write, exitpriority=0)
-        script_registry.before_sigterm(write)
-        _import_for_write()
+        _write_on_sigterm(write)
     _process_timers[1].append(timer)
 
 
-def _import_for_write() -> None:
-    """What the timers' write imports, imported now: a SIGTERM during an import would leave the writer
-    waiting on the import lock the interrupted thread holds."""
+def _write_on_sigterm(write: Callable[[], None]) -> None:
+    """A process that SIGTERM would end outright (a multiprocessing.Pool's workers, which
+    ``Pool.terminate()`` and ``with Pool(...)`` end so, often while they are exiting) writes its
+    timers first, then ends as SIGTERM ends it; a handler of the script's own is left alone."""
+    import signal
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        global _end_after_write
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        if _writing:  # this thread was writing them: it ends the process once they are written
+            _end_after_write = True
+            return
+        # From a thread, for at most 2 s: the thread this interrupts may hold a timer's lock.
+        writer = threading.Thread(target=write, name="rlperf-timers-on-sigterm", daemon=True)
+        writer.start()
+        writer.join(2.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: the process ends on SIGTERM as it would
+        return
+    # What the write imports, imported now: a SIGTERM during an import would leave the writer
+    # waiting on the import lock the interrupted thread holds.
     import json  # noqa: F401
 
     import numpy.ma  # noqa: F401  (np.percentile imports it on first use)
@@ -99,19 +122,22 @@ def _write_process_timers(folder: str, pid: int) -> None:
         return
     _writing = True
     try:
-        with script_registry.writing():
-            records = [dict(external_record(t), process=pid) for t in list(_process_timers[1])
-                       if t.steps or any(s.calls for s in t.stats().values())]
-            if records:
-                import contextlib
+        records = [dict(external_record(t), process=pid) for t in list(_process_timers[1])
+                   if t.steps or any(s.calls for s in t.stats().values())]
+        if records:
+            import contextlib
 
-                from rlperf.atomic import write_json_atomic
+            from rlperf.atomic import write_json_atomic
 
-                with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
-                    write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
-            _process_timers_written = pid
+            with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
+                write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
+        _process_timers_written = pid
     finally:
         _writing = False
+        if _end_after_write:  # a SIGTERM came during the write
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def subprocess_timers(folder: Path) -> list[dict[str, Any]]:

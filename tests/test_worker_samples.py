@@ -25,7 +25,7 @@ import numpy as np
 FIX = os.environ.get("FIX") == "1"
 
 class NoiseTable:
-    def __init__(self, size=1_500_000):
+    def __init__(self, size=500_000):
         self.noise = np.random.default_rng(5).standard_normal(size, dtype=np.float32)
 
 _TABLE = None
@@ -40,7 +40,7 @@ def source():
 def score(task):
     theta, seed = task
     x = theta + 0.1 * source().noise[seed * 10:seed * 10 + 64]
-    for _ in range(300):
+    for _ in range(3000):  # the task's own work: the initializer's table is a small part of a clean worker
         x = np.tanh(x + 0.01)
     return float(x.sum())
 
@@ -183,8 +183,8 @@ print("exec'd program ended with", os.waitstatus_to_exitcode(status))
 
 
 def test_a_fork_that_execs_at_once_runs_its_program_unharmed(tmp_path: Path) -> None:
-    # a sampled fork ticks with SIGPROF, whose default action ends a process; the program an exec
-    # starts keeps the timer, so a fork is armed only after it has run on as Python for a while
+    # a sampled fork ticks with SIGPROF, whose default action ends a process: the program an exec
+    # starts must not keep the timer (an interval timer would survive exec; a POSIX timer does not)
     script = tmp_path / "fork_exec.py"
     script.write_text(EXEC)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
@@ -222,3 +222,44 @@ def test_a_worker_forked_by_a_worker_is_sampled_too(tmp_path: Path) -> None:
     assert workers["processes"] >= 1, workers  # the middle one only waits: no sample
     lines = {(Path(f).name, line): s for f, _, _, line, s in workers["lines"]}
     assert sum(s for (f, line), s in lines.items() if f == "nested.py" and line in (6, 7)) > 0.5 * workers["cpu_s"], lines
+
+
+CLOCKS = """
+import multiprocessing as mp
+import time
+
+def measure(out):
+    deltas = []
+    for _ in range(300):  # 1 ms of this thread's CPU each: about 30 ticks of the sampler
+        started, cpu = time.thread_time(), time.process_time()
+        while time.thread_time() - started < 0.001:
+            pass
+        deltas.append(time.process_time() - cpu)
+    out.put(sorted(deltas)[len(deltas) // 2])
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    worker = ctx.Process(target=measure, args=(out,))
+    worker.start()
+    print("median process_time delta ms", round(out.get() * 1e3, 3))
+    worker.join()
+    print("worker exit code", worker.exitcode)
+"""
+
+
+def test_a_sampled_worker_keeps_its_own_clocks_and_exit_code(tmp_path: Path) -> None:
+    # an armed setitimer(ITIMER_PROF) made process_time() step by 4 ms ticks on this machine (a 1 ms spin
+    # read 0 or 4 ms), and an interval timer left running at the end ends the process with SIGPROF
+    script = tmp_path / "clocks.py"
+    script.write_text(CLOCKS)
+    record = profile(tmp_path, script, fix=False)
+    assert record["profile"]["evidence"]["workers"]["samples"] >= 5, record["profile"]["evidence"]["workers"]
+    out = record["script"].get("stdout") or ""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    proc = subprocess.run([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path / "runs2"), "--", "python",
+                           str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    delta = float(proc.stdout.split("median process_time delta ms", 1)[1].split()[0])
+    assert 0.9 <= delta <= 1.5, (delta, out)
+    assert "worker exit code 0" in proc.stdout, proc.stdout[-2000:]

@@ -277,6 +277,7 @@ class _Session:
     def finish(self, code: int, ended: str) -> None:
         """The end, however it came: ``profile.prof`` and FILE, once, from the script's own process."""
         if os.getpid() != self.pid:  # a fork's os._exit: nothing to write, and not a lock to wait on
+            evidence.worker_ends()  # but its samples (multiprocessing drops the finalizers a fork had)
             return
         with self.lock:
             if self.finished or self.orphaned:

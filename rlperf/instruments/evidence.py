@@ -29,8 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlperf import script_registry
-
 REPEATS = 5
 """Interleaved repeats of each micro-benchmark (the median is kept)."""
 BENCH_BUDGET_S = 0.4
@@ -420,17 +418,54 @@ class LineSampler:
 
 WORKERS_ENV = "RLPERF_WORKER_SAMPLES"
 """The folder where the processes the script forks write their samples (:class:`WorkerSampler`)."""
-ARM_S = 0.1
-"""Seconds after the fork that a worker's sampling starts (see :meth:`WorkerSampler._arm`)."""
-FLUSH_S = 0.5
+FLUSH_S = 0.2
 """Seconds between two writes of a worker's samples: a worker ended by SIGTERM (a Pool's terminate(),
-rlperf's stop) loses at most this much."""
+rlperf's stop) loses what it sampled since (a handler of SIGTERM in every worker would make its end
+wait for Python: a Pool's terminate() joins its workers)."""
+
+
+class _ThreadCpuTimer:
+    """A POSIX timer on the calling thread's CPU clock that sends SIGPROF to that thread (Linux's
+    ``timer_create(CLOCK_THREAD_CPUTIME_ID)`` with ``SIGEV_THREAD_ID``, through ctypes). Unlike
+    ``setitimer(ITIMER_PROF)`` it leaves the process's CPU clock exact (an armed ITIMER_PROF makes
+    ``time.process_time()`` step by 4 ms ticks here), a fork does not inherit it and exec deletes it."""
+
+    def __init__(self, interval_s: float) -> None:
+        import ctypes
+        import ctypes.util
+
+        class Sigevent(ctypes.Structure):
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("tid", ctypes.c_int), ("pad", ctypes.c_int * 11)]
+
+        class Timespec(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+        class Itimerspec(ctypes.Structure):
+            _fields_ = [("interval", Timespec), ("value", Timespec)]
+
+        import signal
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        event = Sigevent(signo=signal.SIGPROF, notify=4, tid=threading.get_native_id())  # SIGEV_THREAD_ID
+        self._id = ctypes.c_void_p()
+        if libc.timer_create(3, ctypes.byref(event), ctypes.byref(self._id)) != 0:  # CLOCK_THREAD_CPUTIME_ID
+            raise OSError(ctypes.get_errno(), "timer_create")
+        period = Timespec(int(interval_s), int(interval_s % 1 * 1e9))
+        self._spec, self._off = Itimerspec(period, period), Itimerspec()
+        self._libc, self._ctypes = libc, ctypes
+
+    def start(self) -> None:
+        self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._spec), None)
+
+    def stop(self) -> None:
+        self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._off), None)
 
 
 class WorkerSampler:
     """Where a process the script forked (a multiprocessing worker or actor, a vector env's worker, a
-    Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of the process's CPU time (``ITIMER_PROF``),
-    each sample weighted by the CPU its thread used since the one before, so neither a busy machine nor
+    Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of its thread's CPU time (:class:`_ThreadCpuTimer`),
+    each sample weighted by the CPU the thread used since the one before, so neither a busy machine nor
     a worker blocked on its pipe moves the shares. The handler runs in the worker's thread between two
     bytecodes and sees the line that was running; a sampling thread, waiting for the GIL, saw only where
     the worker released it (a vector env's pipe, between steps of pure Python). For the frames of your
@@ -455,6 +490,7 @@ class WorkerSampler:
         self.last = time.thread_time()
         self.flushed = time.perf_counter()
         self.busy = False  # a tick that interrupted a tick's sample waits for the next
+        self.timer: _ThreadCpuTimer | None = None
         self.flushing = False  # a tick or SIGTERM during a flush (at exit) leaves the flush to it
 
     def start(self) -> None:
@@ -464,25 +500,21 @@ class WorkerSampler:
         handler = signal.getsignal(signal.SIGPROF)
         if handler not in (signal.SIG_DFL, None) and not isinstance(getattr(handler, "__self__", None), WorkerSampler):
             return  # the script samples its workers itself (a fork of a worker inherits the worker's handler)
+        try:
+            self.timer = _ThreadCpuTimer(SAMPLE_S)
+        except (OSError, AttributeError):  # no timer_create (not Linux): the workers are not sampled
+            return
         signal.signal(signal.SIGPROF, self._tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
-        script_registry.before_sigterm(self.flush)  # a Pool's terminate() ends its workers so
-        atexit.register(self.flush)  # a fork that returns to the script's code and exits
-        if "multiprocessing" in sys.modules:  # a multiprocessing worker ends with os._exit, after its finalizers
-            from multiprocessing import util
+        atexit.register(self.stop)  # a fork that returns to the script's code and exits; a multiprocessing
+        self.timer.start()  # worker ends with os._exit (rlperf.instruments.child's, which calls worker_ends())
 
-            util.Finalize(None, self.flush, exitpriority=100)
-        threading.Thread(target=self._arm, name="rlperf-worker-sampler", daemon=True).start()
-
-    def _arm(self) -> None:
-        """Start the ticks, :data:`ARM_S` after the fork, from a thread: an interval timer outlives
-        exec, and SIGPROF would end the program a fork execs at once (subprocess's ``preexec_fn``,
-        ``os.fork()`` then ``os.exec*``); such a fork is gone, with this thread, before it ticks."""
-        import signal
-
-        time.sleep(ARM_S)
-        if os.getpid() == self.pid:
-            signal.setitimer(signal.ITIMER_PROF, SAMPLE_S, SAMPLE_S)
+    def stop(self) -> None:
+        """No more ticks (at the interpreter's end SIGPROF's default action would end the process),
+        and the samples written."""
+        if self.timer is not None and os.getpid() == self.pid:
+            self.timer.stop()
+        self.flush()
 
     def _tick(self, signum: int, frame: Any) -> None:
         now = time.thread_time()
@@ -526,23 +558,22 @@ class WorkerSampler:
         self.samples += 1
 
     def flush(self) -> None:
-        """Write the samples (from a tick, atexit, the worker's end, or SIGTERM's writer thread: the
-        dicts are copied whole first, which a tick cannot interrupt)."""
+        """Write the samples (from a tick, atexit or the worker's end: the dicts are copied whole first,
+        which a tick cannot interrupt)."""
         if self.flushing or os.getpid() != self.pid:
             return
         self.flushing = True
         try:
-            with script_registry.writing():
-                cpu, samples = self.cpu_s, self.samples
-                lines, functions, edges = dict(self.lines), dict(self.functions), dict(self.edges)
-                data = {"pid": self.pid, "cpu_s": cpu, "samples": samples,
-                        "lines": [[*k, v] for k, v in lines.items()],
-                        "functions": [[*k, v] for k, v in functions.items()],
-                        "edges": [[*k, v] for k, v in edges.items()]}
-                tmp = f"{self.path}.tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.replace(tmp, self.path)
+            cpu, samples = self.cpu_s, self.samples
+            lines, functions, edges = dict(self.lines), dict(self.functions), dict(self.edges)
+            data = {"pid": self.pid, "cpu_s": cpu, "samples": samples,
+                    "lines": [[*k, v] for k, v in lines.items()],
+                    "functions": [[*k, v] for k, v in functions.items()],
+                    "edges": [[*k, v] for k, v in edges.items()]}
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, self.path)
         except OSError:  # the folder is gone (rlperf ended first): nobody reads it
             pass
         finally:
@@ -552,7 +583,7 @@ class WorkerSampler:
 
 def sample_worker() -> None:
     """In a process the script forked: sample it (:class:`WorkerSampler`), if the script is sampled."""
-    global _SAMPLER, _OWN
+    global _SAMPLER, _OWN, _WORKER
     folder = os.environ.get(WORKERS_ENV)
     if _SAMPLER is not None:  # the script's sampler: its thread did not survive the fork
         _OWN, _SAMPLER = _SAMPLER.own, None
@@ -564,7 +595,14 @@ def sample_worker() -> None:
             if not os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
                 inherited.append(frame)
             frame = frame.f_back
-        WorkerSampler(_OWN, folder, inherited).start()
+        _WORKER = WorkerSampler(_OWN, folder, inherited)
+        _WORKER.start()
+
+
+def worker_ends() -> None:
+    """In a fork that ends: its samples written (see :func:`sample_worker`)."""
+    if _WORKER is not None and _WORKER.pid == os.getpid():
+        _WORKER.stop()
 
 
 def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
@@ -599,6 +637,7 @@ def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
 
 _SAMPLER: LineSampler | None = None
 _OWN: Callable[[str], bool] | None = None  # in a fork: what is your code (a fork of a worker is sampled too)
+_WORKER: WorkerSampler | None = None  # in a fork: its sampler
 
 
 def sample_lines(kind: str, name: str, workers: Path | None = None) -> None:

@@ -1524,6 +1524,10 @@ def _array_work(file: str) -> bool:
         io in path for io in ("serialization", "/lib/npyio", "/lib/_npyio", "/lib/format", "/hub"))
 
 
+WORKER_SHARE = 0.2
+"""The share of the script's own time the workers' CPU (over the CPUs they shared) must hold to be looked into."""
+
+
 def worker_hot_spot(ev: Evidence) -> Finding | None:
     """Work in the processes the script forked (its workers, actors, a vector env's or a Pool's) that
     holds most of their CPU and that no loop of theirs needs: a library call made from a line of yours
@@ -1535,13 +1539,17 @@ def worker_hot_spot(ev: Evidence) -> Finding | None:
     cpu = float(workers.get("cpu_s") or 0.0)
     if p is None or cpu <= 0:
         return None
+    n = int(workers.get("processes") or 1)
+    load = (ev.record.get("profile") or {}).get("load") or {}
+    spread = max(1.0, min(float(n), float(load.get("cpus") or effective_cpus())))
+    # Workers whose whole CPU is a small part of the script hold no bottleneck of it (a Pool's
+    # initializer is most of the CPU of workers given a few short tasks)
+    if cpu / spread < WORKER_SHARE * ev.own_total():
+        return None
     found = [c for c in (_worker_library_call(p, workers, cpu), _worker_function(p, workers, cpu)) if c is not None]
     if not found:
         return None
     seconds, where, what = max(found)
-    n = int(workers.get("processes") or 1)
-    load = (ev.record.get("profile") or {}).get("load") or {}
-    spread = max(1.0, min(float(n), float(load.get("cpus") or effective_cpus())))
     return finding(
         "hot_spot",
         f"in the {n} worker process(es) the script forked, {what} held {seconds_short(seconds)} of their "
