@@ -143,12 +143,17 @@ PLANTED = [("pool_table.py", POOL, "(source)"), ("pipe_scan.py", PIPE, "(scan)")
 
 
 def profile(tmp_path: Path, script: Path, fix: bool) -> dict:
+    return profile_run(tmp_path, script, fix)[0]
+
+
+def profile_run(tmp_path: Path, script: Path, fix: bool) -> tuple[dict, str]:
+    """``rlperf profile --json -- python SCRIPT``: its record, and the script's own output (stderr, with --json)."""
     env = {**os.environ, "FIX": "1" if fix else "0",
            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     proc = subprocess.run([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path / "runs"), "--json", "--",
                            "python", str(script)], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout), proc.stderr
 
 
 @pytest.mark.parametrize(("name", "source", "function"), PLANTED, ids=[p[0] for p in PLANTED])
@@ -253,13 +258,8 @@ def test_a_sampled_worker_keeps_its_own_clocks_and_exit_code(tmp_path: Path) -> 
     # read 0 or 4 ms), and an interval timer left running at the end ends the process with SIGPROF
     script = tmp_path / "clocks.py"
     script.write_text(CLOCKS)
-    record = profile(tmp_path, script, fix=False)
+    record, out = profile_run(tmp_path, script, fix=False)
     assert record["profile"]["evidence"]["workers"]["samples"] >= 5, record["profile"]["evidence"]["workers"]
-    out = record["script"].get("stdout") or ""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
-    proc = subprocess.run([sys.executable, "-m", "rlperf", "profile", "--out", str(tmp_path / "runs2"), "--", "python",
-                           str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    delta = float(proc.stdout.split("median process_time delta ms", 1)[1].split()[0])
-    assert 0.9 <= delta <= 1.5, (delta, out)
-    assert "worker exit code 0" in proc.stdout, proc.stdout[-2000:]
+    delta = float(out.split("median process_time delta ms", 1)[1].split()[0])
+    assert 0.9 <= delta <= 1.5, (delta, out[-2000:])
+    assert "worker exit code 0" in out, out[-2000:]

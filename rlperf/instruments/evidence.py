@@ -491,7 +491,7 @@ class WorkerSampler:
         self.flushed = time.perf_counter()
         self.busy = False  # a tick that interrupted a tick's sample waits for the next
         self.timer: _ThreadCpuTimer | None = None
-        self.flushing = False  # a tick or SIGTERM during a flush (at exit) leaves the flush to it
+        self.flushing = False  # a tick during a flush (at exit) leaves the writing to it
 
     def start(self) -> None:
         import atexit
@@ -506,8 +506,10 @@ class WorkerSampler:
             return
         signal.signal(signal.SIGPROF, self._tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
-        atexit.register(self.stop)  # a fork that returns to the script's code and exits; a multiprocessing
-        self.timer.start()  # worker ends with os._exit (rlperf.instruments.child's, which calls worker_ends())
+        # A fork that returns to the script's code and exits; a multiprocessing worker ends with os._exit
+        # instead (rlperf.instruments.child's, which calls worker_ends(): multiprocessing drops finalizers).
+        atexit.register(self.stop)
+        self.timer.start()
 
     def stop(self) -> None:
         """No more ticks (at the interpreter's end SIGPROF's default action would end the process),
