@@ -1524,7 +1524,7 @@ def _array_work(file: str) -> bool:
         io in path for io in ("serialization", "/lib/npyio", "/lib/_npyio", "/lib/format", "/hub"))
 
 
-WORKER_SHARE = 0.2
+WORKER_SHARE = 0.1
 """The share of the script's own time the workers' CPU (over the CPUs they shared) must hold to be looked into."""
 
 
