@@ -1577,6 +1577,10 @@ def _worker_function(p: ScriptProfile, workers: Mapping[str, Any], cpu: float) -
     """Your function in the workers holding :data:`HOT_SHARE` of their CPU as an object built again and
     again (named where it is built) or as its own Python loop: (seconds, where, what)."""
     edges = workers.get("edges") or []
+    called: dict[tuple[str, int], float] = {}  # (file, line) -> the library calls that line makes
+    for cfile, cline, _, efile, efirst, efn, s in edges:
+        if not p.is_user((efile, efirst, efn)):
+            called[(cfile, cline)] = called.get((cfile, cline), 0.0) + s
     best: tuple[float, str, str] | None = None
     for file, first, fn, seconds in workers.get("functions") or []:
         key = (file, first, fn)
@@ -1592,15 +1596,11 @@ def _worker_function(p: ScriptProfile, workers: Mapping[str, Any], cpu: float) -
             continue
         # Its own Python time inside loops of its own: the lines' time less the library calls they make
         # (a statement handing arrays to numpy or torch is that call's C work, not the loop's own)
-        called: dict[int, float] = {}
-        for cfile, cline, _, efile, efirst, efn, s in edges:
-            if cfile == file and not p.is_user((efile, efirst, efn)):
-                called[cline] = called.get(cline, 0.0) + s
         looped: dict[int, float] = {}
         for lfile, lfirst, lfn, line, s in workers.get("lines") or []:
             loop = p.sources.enclosing_loop(file, line) if (lfile, lfirst, lfn) == key else None
             if loop is not None and loop > first and not p.sources.array_call(file, line):
-                looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get(line, 0.0))
+                looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get((file, line), 0.0))
         own = sum(looped.values())
         if own >= HOT_SHARE * cpu and own >= 0.5 * seconds:
             where = f"{short_file(file)}:{max(looped, key=lambda k: looped[k])} ({fn})"
