@@ -1115,7 +1115,8 @@ def test_a_method_walking_a_tree_is_replay_work_by_its_class_name(tmp_path: Path
 
 
 def test_a_dataloader_reading_your_dataset_item_by_item_is_replay_sampling(tmp_path: Path) -> None:
-    """Each batch: one __getitem__ call per item (a dict of rows) and default_collate stacking them again."""
+    """Each batch: one __getitem__ call per item (a dict of rows) and default_collate stacking them again. Eight
+    epochs (0.6 s): at two (0.17 s) the CPU waits of a busy machine left the fetches' share too uncertain to clear."""
     body = """
     import torch
     from torch.utils.data import DataLoader, Dataset
@@ -1134,7 +1135,7 @@ def test_a_dataloader_reading_your_dataset_item_by_item_is_replay_sampling(tmp_p
     q = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(q.parameters(), lr=0.01)
     loader = DataLoader(Transitions(12800), batch_size=128, shuffle=True)
-    for epoch in range(2):
+    for epoch in range(8):
         for batch in loader:
             loss = (q(batch["obs"]) - batch["rew"][:, :1]).pow(2).mean()
             opt.zero_grad()

@@ -414,13 +414,16 @@ def test_torch_and_py_spy_on_a_script_that_uses_the_api(tmp_path: Path) -> None:
 def test_in_windows_the_table_is_scaled_to_the_whole_run(tmp_path: Path) -> None:
     # --cprofile-whole 0.05: cProfile whole for the first 0.05 s of the script's work, then windows (none
     # inside the optimizer's lazy torch._dynamo import: a window there read as the loop once gave 6 steps of 150)
-    proc = profile(tmp_path, "--json", "--no-plot", "--cprofile-whole", "0.05", "--", "python", str(FOREIGN / "item_push.py"))
+    # 1,500 steps: four windows or more (150 steps gave one window of 0.05 s, and counts of 92-206 for 150 beside
+    # busy processes; at 1,500, 0.88-0.92x quiet and 0.90-1.14x beside hog 2)
+    proc = profile(tmp_path, "--json", "--no-plot", "--cprofile-whole", "0.05", "--", "python", str(FOREIGN / "item_push.py"),
+                   "--steps", "1500")
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)
     windows = record["profile"]["cprofile"]["windows"]
-    assert not windows["whole"] and windows["windows"] >= 1 and windows["scale"] > 1.2
+    assert not windows["whole"] and windows["windows"] >= 3 and windows["scale"] > 1.2
     assert windows["recorded_calls"] < record["profile"]["cprofile"]["total_calls"]
-    assert record["script"]["steps"]["count"] == pytest.approx(150, rel=0.3)
+    assert record["script"]["steps"]["count"] == pytest.approx(1500, rel=0.3)
     assert record["profile"]["advisor"]["findings"][0]["id"] == "host_copy"
 
 
