@@ -720,7 +720,7 @@ def _line_ms(record: Mapping[str, Any]) -> dict[str, float]:
     if not (is_number(interval) and interval > 0 and is_number(steps) and steps > 0):
         return {}
     return {f"{row[0]}:{row[1]}({row[2]})": row[3] * interval / steps * 1e3 for row in rows
-            if isinstance(row, list) and len(row) == 5 and is_number(row[3]) and row[3] > 0}
+            if isinstance(row, list) and len(row) >= 5 and is_number(row[3]) and row[3] > 0}
 
 
 def line_changes(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],

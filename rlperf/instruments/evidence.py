@@ -354,45 +354,65 @@ SAMPLE_S = 0.01
 
 
 class LineSampler:
-    """Which line of your code the script's thread is on, sampled every :data:`SAMPLE_S` from a
-    thread of its own (cProfile counts calls, not lines). Each sample counts, for the innermost
-    frame of your code, its line as *inner* (the line's own time with the library calls it makes),
-    and every line of your code on the stack as *inclusive*. About 20 µs a sample, but each one
-    takes the GIL from the script: 2-4% of a torch loop at 100 samples a second (measured on
-    CleanRL-style DQN); a C call that holds the GIL delays the sample to just after it returns."""
+    """Which line of your code the script's thread is on, every :data:`SAMPLE_S` of wall time, by a
+    POSIX timer that sends SIGPROF to that thread (:class:`_ThreadTimer`): the handler runs in the
+    thread between two bytecodes and sees the line that was running (a sampling thread waiting for the
+    GIL saw only where the script let go of it: a planted pure-Python line between two torch calls got
+    no samples). Each sample is weighted twice: by the wall time since the one before (a line that
+    waits, on a queue, a sleep, a pipe, is seen) and by the thread's CPU time since then (a line
+    the thread did not run on a busy machine is not charged). For the innermost frame of your code it
+    counts the line as *inner* (its own time with the library calls it makes), and every line of your
+    code on the stack as *inclusive*; in units of :data:`SAMPLE_S`. About 15 µs a sample. Without
+    ``timer_create`` (not Linux), outside the main thread, or where the script handles SIGPROF itself,
+    nothing is sampled."""
 
     def __init__(self, own: Callable[[str], bool], thread_id: int) -> None:
         self.own, self.thread_id = own, thread_id
         self.mine: dict[Any, bool] = {}  # code object -> your code?
-        self.inner: dict[tuple[str, int, str], int] = {}
-        self.inclusive: dict[tuple[str, int, str], int] = {}
+        # key -> [inner CPU, inclusive CPU, inner wall, inclusive wall] in seconds
+        self.seconds: dict[tuple[str, int, str], list[float]] = {}
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.cpu_s = self.wall_s = 0.0
+        self.timer: _ThreadTimer | None = None
+        self.running = False
+        self.last = (0.0, 0.0)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rlperf-line-sampler", daemon=True)
-        self._thread.start()
+        import signal
+
+        if threading.get_ident() != self.thread_id or threading.current_thread() is not threading.main_thread():
+            return  # a Python signal handler runs only in the main thread
+        handler = signal.getsignal(signal.SIGPROF)
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None) and not isinstance(
+                getattr(handler, "__self__", None), (LineSampler, WorkerSampler)):
+            return  # the script's own
+        try:
+            self.timer = _ThreadTimer(SAMPLE_S, cpu=False)
+        except (OSError, AttributeError):
+            return
+        self.last = (time.perf_counter(), time.thread_time())
+        self.running = True
+        signal.signal(signal.SIGPROF, self._tick)
+        signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
+        self.timer.start()
 
     def stop(self) -> None:
-        """Stop sampling, and wait for the sampler's thread to end: a thread of ours still running at
-        the interpreter's teardown may free the script's tensors there, and torch, releasing the GIL
-        to free one, then ends the process with SIGABRT ("terminate called without an active
-        exception")."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
+        """No more samples. The handler stays (a no-op): a tick already on its way would otherwise find
+        SIGPROF's default action, which ends the process."""
+        self.running = False
+        if self.timer is not None:
+            self.timer.close()
+            self.timer = None
 
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            frame = sys._current_frames().get(self.thread_id)
-            if frame is not None:
-                self.sample(frame)
-            # Not held across the wait: the frames of a function the script has left since would be
-            # freed here, in this thread, with the script's tensors in them.
-            frame = None
+    def _tick(self, signum: int, frame: Any) -> None:
+        if not self.running or frame is None:
+            return
+        now = (time.perf_counter(), time.thread_time())
+        wall, cpu = now[0] - self.last[0], now[1] - self.last[1]
+        self.last = now
+        self.sample(frame, wall, cpu)
 
-    def sample(self, frame: Any) -> None:
+    def sample(self, frame: Any, wall: float = SAMPLE_S, cpu: float = SAMPLE_S) -> None:
         seen: set[tuple[str, int, str]] = set()
         first = True
         while frame is not None:
@@ -402,35 +422,46 @@ class LineSampler:
                 mine = self.mine[code] = self.own(code.co_filename)
             if mine:
                 key = (code.co_filename, frame.f_lineno or 0, code.co_name)
+                row = self.seconds.get(key)
+                if row is None:
+                    row = self.seconds[key] = [0.0, 0.0, 0.0, 0.0]
                 if first:
-                    self.inner[key] = self.inner.get(key, 0) + 1
+                    row[0] += cpu
+                    row[2] += wall
                     first = False
                 if key not in seen:
                     seen.add(key)
-                    self.inclusive[key] = self.inclusive.get(key, 0) + 1
+                    row[1] += cpu
+                    row[3] += wall
             frame = frame.f_back
         self.samples += 1
+        self.cpu_s += cpu
+        self.wall_s += wall
 
     def to_dict(self) -> dict[str, Any]:
-        return {"interval_s": SAMPLE_S, "samples": self.samples,
-                "lines": [[*key, self.inner.get(key, 0), n] for key, n in sorted(self.inclusive.items())]}
+        """Per line: inner and inclusive CPU, then inner and inclusive wall, in samples of ``interval_s``."""
+        rows = sorted(self.seconds.items())
+        return {"interval_s": SAMPLE_S, "samples": self.samples, "cpu_s": self.cpu_s, "wall_s": self.wall_s,
+                "lines": [[*key, *(round(v / SAMPLE_S, 3) for v in row)] for key, row in rows]}
 
 
 WORKERS_ENV = "RLPERF_WORKER_SAMPLES"
 """The folder where the processes the script forks write their samples (:class:`WorkerSampler`)."""
 FLUSH_S = 0.2
-"""Seconds between two writes of a worker's samples: a worker ended by SIGTERM (a Pool's terminate(),
-rlperf's stop) loses what it sampled since (a handler of SIGTERM in every worker would make its end
-wait for Python: a Pool's terminate() joins its workers)."""
+"""Seconds of a worker's CPU between two writes of its samples at most; a tenth of what it has sampled
+at least (0.02 s at first). A worker ended by SIGTERM (a Pool's terminate(), rlperf's stop) loses what
+it sampled since: a Pool worker that ran 0.25 s of tasks, then waited for more, lost all of them at
+0.2 s (a handler of SIGTERM in every worker would make its end wait for Python: a Pool's terminate()
+joins its workers). About 0.7 ms a write of 250 entries."""
 
 
-class _ThreadCpuTimer:
-    """A POSIX timer on the calling thread's CPU clock that sends SIGPROF to that thread (Linux's
-    ``timer_create(CLOCK_THREAD_CPUTIME_ID)`` with ``SIGEV_THREAD_ID``, through ctypes). Unlike
+class _ThreadTimer:
+    """A POSIX timer that sends SIGPROF to the calling thread (Linux's ``timer_create`` with
+    ``SIGEV_THREAD_ID``, through ctypes), on the thread's CPU clock (``cpu``) or the wall clock. Unlike
     ``setitimer(ITIMER_PROF)`` it leaves the process's CPU clock exact (an armed ITIMER_PROF makes
     ``time.process_time()`` step by 4 ms ticks here), a fork does not inherit it and exec deletes it."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, cpu: bool) -> None:
         import ctypes
         import ctypes.util
 
@@ -449,11 +480,13 @@ class _ThreadCpuTimer:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         event = Sigevent(signo=signal.SIGPROF, notify=4, tid=threading.get_native_id())  # SIGEV_THREAD_ID
         self._id = ctypes.c_void_p()
-        if libc.timer_create(3, ctypes.byref(event), ctypes.byref(self._id)) != 0:  # CLOCK_THREAD_CPUTIME_ID
+        clock = 3 if cpu else 1  # CLOCK_THREAD_CPUTIME_ID, CLOCK_MONOTONIC
+        if libc.timer_create(clock, ctypes.byref(event), ctypes.byref(self._id)) != 0:
             raise OSError(ctypes.get_errno(), "timer_create")
         period = Timespec(int(interval_s), int(interval_s % 1 * 1e9))
         self._spec, self._off = Itimerspec(period, period), Itimerspec()
         self._libc, self._ctypes = libc, ctypes
+        self._pid = os.getpid()
 
     def start(self) -> None:
         self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._spec), None)
@@ -461,10 +494,16 @@ class _ThreadCpuTimer:
     def stop(self) -> None:
         self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._off), None)
 
+    def close(self) -> None:
+        """Stopped and deleted (in the process that made it: a fork has no such timer)."""
+        if os.getpid() == self._pid:
+            self.stop()
+            self._libc.timer_delete(self._id)
+
 
 class WorkerSampler:
     """Where a process the script forked (a multiprocessing worker or actor, a vector env's worker, a
-    Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of its thread's CPU time (:class:`_ThreadCpuTimer`),
+    Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of its thread's CPU time (:class:`_ThreadTimer`),
     each sample weighted by the CPU the thread used since the one before, so neither a busy machine nor
     a worker blocked on its pipe moves the shares. The handler runs in the worker's thread between two
     bytecodes and sees the line that was running; a sampling thread, waiting for the GIL, saw only where
@@ -488,9 +527,9 @@ class WorkerSampler:
         self.edges: dict[tuple[str, int, str, str, int, str], float] = {}  # caller (file, line, fn) -> callee
         self.samples = 0
         self.last = time.thread_time()
-        self.flushed = time.perf_counter()
+        self.flushed = 0.0  # the CPU sampled at the last write
         self.busy = False  # a tick that interrupted a tick's sample waits for the next
-        self.timer: _ThreadCpuTimer | None = None
+        self.timer: _ThreadTimer | None = None
         self.flushing = False  # a tick during a flush (at exit) leaves the writing to it
 
     def start(self) -> None:
@@ -498,10 +537,11 @@ class WorkerSampler:
         import signal
 
         handler = signal.getsignal(signal.SIGPROF)
-        if handler not in (signal.SIG_DFL, None) and not isinstance(getattr(handler, "__self__", None), WorkerSampler):
-            return  # the script samples its workers itself (a fork of a worker inherits the worker's handler)
+        if handler not in (signal.SIG_DFL, None) and not isinstance(getattr(handler, "__self__", None),
+                                                                   (LineSampler, WorkerSampler)):
+            return  # the script samples its workers itself (a fork inherits the script's or a worker's handler)
         try:
-            self.timer = _ThreadCpuTimer(SAMPLE_S)
+            self.timer = _ThreadTimer(SAMPLE_S, cpu=True)
         except (OSError, AttributeError):  # no timer_create (not Linux): the workers are not sampled
             return
         signal.signal(signal.SIGPROF, self._tick)
@@ -528,7 +568,7 @@ class WorkerSampler:
             self.sample(frame, seconds)
         finally:
             self.busy = False
-        if time.perf_counter() - self.flushed >= FLUSH_S:
+        if self.cpu_s - self.flushed >= min(FLUSH_S, max(0.02, 0.1 * self.cpu_s)):
             self.flush()
 
     def sample(self, frame: Any, seconds: float) -> None:
@@ -579,7 +619,7 @@ class WorkerSampler:
         except OSError:  # the folder is gone (rlperf ended first): nobody reads it
             pass
         finally:
-            self.flushed = time.perf_counter()
+            self.flushed = self.cpu_s
             self.flushing = False
 
 
@@ -587,7 +627,8 @@ def sample_worker() -> None:
     """In a process the script forked: sample it (:class:`WorkerSampler`), if the script is sampled."""
     global _SAMPLER, _OWN, _WORKER
     folder = os.environ.get(WORKERS_ENV)
-    if _SAMPLER is not None:  # the script's sampler: its thread did not survive the fork
+    if _SAMPLER is not None:  # the script's sampler: its timer did not survive the fork
+        _SAMPLER.running = False
         _OWN, _SAMPLER = _SAMPLER.own, None
     if folder and _OWN is not None:
         here = os.path.dirname(os.path.abspath(__file__))
@@ -678,9 +719,10 @@ def install(kind: str, name: str) -> None:
 
 def collect() -> dict[str, Any]:
     """What the hooks recorded (none when torch was never imported), and what a profiled call costs."""
+    if _SAMPLER is not None:  # first: the micro-benchmarks below are not the script's time
+        _SAMPLER.stop()
     found = _FORWARDS.collect() if _FORWARDS is not None else {}
     if _SAMPLER is not None:
-        _SAMPLER.stop()
         found["line_samples"] = _SAMPLER.to_dict()
     workers = worker_samples()
     if workers is not None:

@@ -107,13 +107,17 @@ class ScriptProfile:
         counted = calls.total_calls * max(0.0, total - importing) / total if total > 0 else 0.0
         self.total = max(total - importing - call_cost * counted, 0.05 * (total - importing), 1e-9)
         self.raw_total = max(total - importing, 1e-9)  # the same, cProfile's cost left in
-        # The line sampler's counts (rlperf.instruments.evidence.LineSampler): (file, function) -> line -> samples
-        # with that line of the function on the stack. Empty without samples (a script profiled in-process).
-        self.line_samples: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+        # The line sampler's (rlperf.instruments.evidence.LineSampler): (file, function) -> line -> samples with
+        # that line of the function on the stack, weighted by the thread's CPU (line_samples) and by wall time
+        # (line_wall). Empty without samples (a script profiled in-process).
+        self.line_samples: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+        self.line_wall: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
 
     def add_line_samples(self, samples: Mapping[str, Any] | None) -> None:
-        for file, line, function, _inner, inclusive in (samples or {}).get("lines") or []:
-            self.line_samples[(file, function)][int(line)] = int(inclusive)
+        for row in (samples or {}).get("lines") or []:
+            file, line, function, inclusive = row[0], int(row[1]), row[2], float(row[4])
+            self.line_samples[(file, function)][line] = inclusive
+            self.line_wall[(file, function)][line] = float(row[6]) if len(row) >= 7 else inclusive
 
     def _main_module(self, run_by: Key) -> Key | None:
         """The script's own top level among the modules ``run_by`` (exec) ran: the longest."""
@@ -139,12 +143,13 @@ class ScriptProfile:
         return bool(callers) and all(c[2] == "<module>" and imported(c) for c in callers)
 
     def hottest_line(self, fn: Key) -> int | None:
-        """The line of ``fn`` the sampler found it on most often (None without samples)."""
-        lines = self.line_samples.get((fn[0], fn[2]))
+        """The line of ``fn`` that holds most of its wall time, as sampled (None without samples): where
+        its time goes, as cProfile's time of it counts it, waits included."""
+        lines = self.line_wall.get((fn[0], fn[2]))
         return max(lines, key=lambda line: lines[line]) if lines else None
 
     def loop_share(self, fn: Key) -> float | None:
-        """The share of ``fn``'s samples on lines inside its loops: near 1 when its time is a Python loop,
+        """The share of ``fn``'s CPU samples on lines inside its loops: near 1 when its time is a Python loop,
         small when a loop of it runs few times (None under :data:`MIN_SAMPLES` samples)."""
         lines = self.line_samples.get((fn[0], fn[2])) or {}
         n = sum(lines.values())
@@ -154,9 +159,8 @@ class ScriptProfile:
 
     def compiled(self, fn: Key) -> bool:
         """Whether ``fn``'s loops run compiled (numba): cProfile charges a jitted call to the function's
-        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: it samples
-        when the script's thread lets go of the GIL, and a short Python function between two torch calls
-        that release it shows no samples either.)"""
+        Python key, but none of its time is Python bytecode. (The line sampler cannot tell: a jitted
+        function has no Python frame, its samples land on the line that called it.)"""
         return self.sources.jit_compiled(fn)
 
     def calls(self, key: Key) -> int:
@@ -841,7 +845,7 @@ def _log_block(p: ScriptProfile, logs: list[Edge]) -> tuple[float, str] | None:
         if whole and fn[2] != "<module>":
             found = (p.cumtime(fn), f"{short_file(fn[0])}:{fn[1]} ({name}) only logs: its measured time (cProfile)")
         else:
-            samples = p.line_samples.get((fn[0], fn[2])) or {}
+            samples = p.line_wall.get((fn[0], fn[2])) or {}  # a share of cProfile's (wall) time
             n = sum(samples.values())
             looped = [line for line in lines if p.sources.in_loop(fn, line)]
             if n < MIN_SAMPLES or not looped:
@@ -1436,6 +1440,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
     expected = set(p.keys("_wrapped_call_impl", "torch/nn/modules/module.py") + p.keys("backward", "torch/_tensor.py"))
     expected |= {k for k in p.keys("step", "torch/optim/")}
     best, best_fn = _hot_function(ev, p, expected)
+    holder = p.loop_holder()
     for e in p.edges([k for k in p.raw if not p.is_user(k) and k not in expected and k[2] != "<module>"]):
         # The env's own step and the networks' passes are the loop's expected work, and a blocking wait
         # for another process or thread is time it spends elsewhere (busy_wait names polling): not hot spots.
@@ -1445,7 +1450,7 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
                 or e.callee[0].startswith(_RLPERF_DIR)
                 or (e.caller[2].startswith("<") and e.caller[2] != "<module>") or e.caller == best_fn
                 or any(w in k[0].replace(os.sep, "/") for k in p.subtree(e.callee, 3) for w in _WAITING)
-                or p.subtree(e.callee) & expected):
+                or p.subtree(e.callee) & expected or _feeds_the_loop(p, e.caller, holder)):
             continue
         if ev.clears(e.seconds, LIBRARY_HOT_SHARE * p.total) and (best is None or e.seconds > best[1]):
             best = (p.offending(e.caller, e.callee), e.seconds,
@@ -1458,6 +1463,16 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         f"{what} at {where} holds {_share(p, seconds)}, and no rule of the checklist explains it",
         seconds, f"at most its measured {seconds_short(seconds)} (cProfile, at the call site): what a fix that removes "
         f"or vectorizes the work could save", where=where)
+
+
+def _feeds_the_loop(p: ScriptProfile, fn: Key, holder: Key | None) -> bool:
+    """Whether ``fn`` (yours, called from the loop, not the loop's holder) returns what the loop computes
+    its next step from (``state = state * (1 + f(state))``): its library calls are the loop's own work,
+    however much they hold, not a hot spot (the loop that drops or only collects the result is one)."""
+    if not p.is_user(fn) or fn == holder:
+        return False
+    at, line, child = p.loop_call(fn)
+    return at != fn and p.sources.returns_value(child) and not p.sources.result_dropped(at, line, child[2])
 
 
 def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[tuple[str, float, str] | None, Key | None]:
