@@ -648,6 +648,47 @@ def test_an_evaluation_episode_is_not_envs_stepped_one_by_one(tmp_path: Path) ->
     assert [f for f in findings if f.id == "env_backend"], [(f.id, f.where, f.evidence) for f in findings]
 
 
+def test_envs_that_draw_a_frame_in_their_reset_are_rendering_first_and_not_the_vector_env_s_cost(tmp_path: Path) -> None:
+    """A SyncVectorEnv of envs whose reset draws a frame (reached every episode by autoreset): the steps hold
+    the drawing, and the env-backend saving counted it as per-env dispatch (outranking the rendering)."""
+    body = """
+    import gymnasium as gym
+
+    class Reacher(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (4,))
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self):
+            self.t = 0
+            self.canvas = np.zeros((48, 48))
+
+        def render(self):
+            for i in range(48):
+                for j in range(48):
+                    self.canvas[i, j] = (i * j + self.t) % 7
+            return self.canvas
+
+        def reset(self, seed=None, options=None):
+            self.t = 0
+            self.render()  # planted
+            return np.zeros(4, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            arm = np.linspace(0, 1, 64) * (self.t + action)
+            return np.array([np.sin(arm).sum(), np.cos(arm).sum(), 0, 0], np.float32), 1.0, self.t >= 5, False, {}
+
+    envs = gym.vector.SyncVectorEnv([Reacher for _ in range(8)])
+    envs.reset(seed=0)
+    for t in range(600):
+        envs.step(np.zeros(8, np.int64))
+    """
+    f = check_first(*advise(tmp_path, body), "rendering")
+    backend = [x for x in advise(tmp_path, body)[0] if x.id == "env_backend"]
+    assert not backend or ("drawing frames" in backend[0].evidence and (backend[0].est_saving_s or 0) < 0.5 * (
+        f.est_saving_s or 0)), [(x.id, x.est_saving_s, x.evidence) for x in backend]
+
+
 def test_an_eval_env_built_again_at_every_evaluation_is_env_construction(tmp_path: Path) -> None:
     # an offline-RL script rebuilt its eval env (wrappers, a normalizer primed from its dataset) at every
     # evaluation: 39% of the script, no finding (its make() calls themselves took next to nothing)

@@ -730,11 +730,16 @@ def rendering(ev: Evidence) -> Finding | None:
     p = ev.p
     if p is None:
         return None
+    return _calls_charged(ev, "rendering", _drawing(p), "render() and drawing calls")
+
+
+def _drawing(p: ScriptProfile) -> list[Key]:
+    """render() and the drawing libraries' calls."""
     keys = [k for k in p.keys("render") if "torch/" not in k[0]]
     keys += [k for k in p.raw if not p.is_user(k) and any(
         lib in k[0].replace(os.sep, "/") for lib in ("pygame/", "matplotlib/pyplot", "PIL/ImageDraw", "cv2"))]
     keys += [k for k in p.raw if k[0] == "~" and any(s in k[2] for s in ("pygame.", "cv2."))]
-    return _calls_charged(ev, "rendering", keys, "render() and drawing calls")
+    return keys
 
 
 def env_reset(ev: Evidence) -> Finding | None:
@@ -1244,12 +1249,18 @@ def env_backend(ev: Evidence) -> Finding | None:
         what = where
     each = ("per call" if "sync_vector_env" in fn[0] else f"per call of {fn[2]}" if p.calls(fn) >= 2
             else "per step (timer.step_done() calls)")
+    # Frames the envs draw inside their steps (a reset that renders, reached by autoreset) are the rendering
+    # rule's: a batched step draws as many
+    below = p.subtree(fn, 8)
+    drawn = min(sum(e.seconds for e in p.edges(_drawing(p)) if e.caller in below), cum)
+    apart = f", {seconds_short(drawn)} of it drawing frames (rendering, named apart)" if drawn >= 0.05 * cum else ""
+    kept = cum - drawn if apart else cum
     return finding(
         "env_backend",
-        f"{what} steps {per_call:.0f} single envs {each}, {p.calls(fn):,} calls; their steps took {_share(p, cum)}",
-        cum * (1 - 1 / per_call),
-        f"the single envs' steps' measured {seconds_short(cum)} × (1 − 1/{per_call:.0f}): one batched step costing about "
-        f"what one env's step costs", where=where)
+        f"{what} steps {per_call:.0f} single envs {each}, {p.calls(fn):,} calls; their steps took {_share(p, cum)}{apart}",
+        kept * (1 - 1 / per_call),
+        f"the single envs' steps' measured {seconds_short(kept)}{' less the drawing' if apart else ''} × "
+        f"(1 − 1/{per_call:.0f}): one batched step costing about what one env's step costs", where=where)
 
 
 @functools.cache
