@@ -1505,7 +1505,8 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
         looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5) and not p.compiled(fn)
         # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor) ...
         kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
-        concentrated = bool(kids) and not p.is_user(kids[0][0]) and ev.clears(kids[0][2], 0.8 * p.cumtime(fn))
+        concentrated = (bool(kids) and not p.is_user(kids[0][0]) and ev.clears(kids[0][2], 0.8 * p.cumtime(fn))
+                        and not _feeds_the_loop(p, fn, holder))
         # ... or it is work done every step whose result the loop drops or only collects (a metric
         # recomputed each step for a plot).
         holder_of_call, line, child = p.loop_call(fn)
