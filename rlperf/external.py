@@ -31,7 +31,7 @@ import resource
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -49,9 +49,10 @@ torch; a test keeps the two equal)."""
 
 
 _process_timers: tuple[int, list[PhaseTimer]] | None = None  # (pid, timers) of such a process
-_process_timers_written: int | None = None  # the pid whose timers were written
-_writing = False  # this process is writing them now
-_end_after_write = False  # and a SIGTERM came meanwhile
+_process_written = (0, 0.0, 0.0)  # (pid, perf_counter of its first timer, of its last write)
+WRITE_S = 0.5
+"""Seconds between two writes of a process's timers at most (a tenth of its timers' age, 0.05 s at the
+least): a process ended by SIGTERM (a Pool's terminate()) keeps what was written before."""
 
 
 def _keep(timer: PhaseTimer) -> None:
@@ -75,69 +76,44 @@ def _keep(timer: PhaseTimer) -> None:
             from multiprocessing import util
 
             util.Finalize(None, write, exitpriority=0)
-        _write_on_sigterm(write)
+    else:
+        _write_process_timers(folder, pid)  # a new timer: the ones before it may be done (a Pool's last task)
     _process_timers[1].append(timer)
 
 
-def _write_on_sigterm(write: Callable[[], None]) -> None:
-    """A process that SIGTERM would end outright (a multiprocessing.Pool's workers, which
-    ``Pool.terminate()`` and ``with Pool(...)`` end so, often while they are exiting) writes its
-    timers first, then ends as SIGTERM ends it; a handler of the script's own is left alone."""
-    import signal
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        global _end_after_write
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-        if _writing:  # this thread was writing them: it ends the process once they are written
-            _end_after_write = True
-            return
-        # From a thread, for at most 2 s: the thread this interrupts may hold a timer's lock.
-        writer = threading.Thread(target=write, name="rlperf-timers-on-sigterm", daemon=True)
-        writer.start()
-        writer.join(2.0)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    try:
-        if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-            return
-        signal.signal(signal.SIGTERM, on_sigterm)
-    except ValueError:  # not the main thread: the process ends on SIGTERM as it would
+def _written_by_now(timer: PhaseTimer) -> None:
+    """After a step of a timer in a process the script started: its timers written when they are due
+    (:data:`WRITE_S`). No SIGTERM handler writes them: a Python handler runs between two bytecodes, and
+    a Pool worker that SIGTERM reached just before it blocked on the task queue's lock (the parent holds
+    it while it terminates them) waited there for ever, and the profile with it."""
+    folder = os.environ.get(SUBPROCESS_TIMERS_ENV)
+    if not folder or _process_timers is None or _process_timers[0] != os.getpid():
         return
-    # What the write imports, imported now: a SIGTERM during an import would leave the writer
-    # waiting on the import lock the interrupted thread holds.
-    import json  # noqa: F401
-
-    import numpy.ma  # noqa: F401  (np.percentile imports it on first use)
-
-    from rlperf import atomic, system  # noqa: F401
-    from rlperf.run import files  # noqa: F401
+    pid, first, last = _process_written
+    now = perf_counter()
+    if pid != os.getpid():
+        first = last = now - 1.0  # the first step: written at once
+    if now - last >= min(WRITE_S, max(0.05, 0.1 * (now - first))):
+        _write_process_timers(folder, os.getpid())
 
 
 def _write_process_timers(folder: str, pid: int) -> None:
-    """This process's timers that timed something, into ``folder``, once (atexit, multiprocessing's
-    end or SIGTERM)."""
-    global _process_timers_written, _writing
-    if (_process_timers is None or _process_timers[0] != pid or os.getpid() != pid
-            or _process_timers_written == pid or _writing):
+    """This process's timers that timed something, into ``folder`` (after steps, a new timer, atexit,
+    multiprocessing's end): the last write has them all."""
+    global _process_written
+    if _process_timers is None or _process_timers[0] != pid or os.getpid() != pid:
         return
-    _writing = True
-    try:
-        records = [dict(external_record(t), process=pid) for t in list(_process_timers[1])
-                   if t.steps or any(s.calls for s in t.stats().values())]
-        if records:
-            import contextlib
+    first = _process_written[1] if _process_written[0] == pid else perf_counter()
+    _process_written = (pid, first, perf_counter())
+    records = [dict(external_record(t), process=pid) for t in list(_process_timers[1])
+               if t.steps or any(s.calls for s in t.stats().values())]
+    if records:
+        import contextlib
 
-            from rlperf.atomic import write_json_atomic
+        from rlperf.atomic import write_json_atomic
 
-            with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
-                write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
-        _process_timers_written = pid
-    finally:
-        _writing = False
-        if _end_after_write:  # a SIGTERM came during the write
-            import signal
-
-            os.kill(os.getpid(), signal.SIGTERM)
+        with contextlib.suppress(OSError, RlperfError):  # rlperf gone, its folder with it: nobody to read them
+            write_json_atomic(Path(folder) / f"timers-{pid}.json", records)
 
 
 def subprocess_timers(folder: Path) -> list[dict[str, Any]]:
@@ -299,6 +275,8 @@ class PhaseTimer(timers.PhaseTimer):
         registry = script_registry.current
         if registry is not None and registry.on_step is not None:
             registry.on_step(self)
+        elif _process_timers is not None:
+            _written_by_now(self)
 
     def episode(self, return_: float, length: int | None = None) -> None:
         """Note one finished episode: its return (its score) and, if known, its length in env steps."""
