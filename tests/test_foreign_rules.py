@@ -945,11 +945,13 @@ def test_the_line_sampler_counts_the_line_a_thread_is_on(tmp_path: Path) -> None
 
 
 def test_the_line_sampler_weighs_each_line_by_cpu_and_by_wall(tmp_path: Path) -> None:
-    """A line that sleeps holds wall time and no CPU; a pure-Python line between two torch calls (which let go
-    of the GIL) holds both: the sample is taken in the script's thread, where it is, not where it lets go."""
+    """A line that sleeps holds wall time and no CPU; a pure-Python loop between two torch calls (which let go
+    of the GIL) holds the CPU it took: the sample is taken in the script's thread, where it is, not where it
+    lets go (a sampling thread gave such a loop no samples)."""
     script = tmp_path / "mixed.py"
-    script.write_text("import time\nimport torch\n\nx = torch.randn(256, 256)\n\ndef step():\n    torch.mm(x, x)\n"
-                      "    s = 0\n    for i in range(20000):\n        s += i\n    torch.mm(x, x)\n\n"
+    script.write_text("import time\nimport torch\n\nx = torch.randn(256, 256)\nspent = [0.0]\n\ndef step():\n"
+                      "    torch.mm(x, x)\n    t = time.thread_time()\n    s = 0\n    for i in range(20000):\n"
+                      "        s += i\n    spent[0] += time.thread_time() - t\n    torch.mm(x, x)\n\n"
                       "end = time.perf_counter() + 0.6\nwhile time.perf_counter() < end:\n    step()\n"
                       "time.sleep(0.4)\n")
     sampler = evidence.LineSampler(user_code([tmp_path]), threading.get_ident())
@@ -957,15 +959,16 @@ def test_the_line_sampler_weighs_each_line_by_cpu_and_by_wall(tmp_path: Path) ->
     torch.set_num_threads(1)
     sampler.start()
     try:
-        runpy.run_path(str(script))
+        spent = runpy.run_path(str(script))["spent"][0]
     finally:
         sampler.stop()
         torch.set_num_threads(threads)
     rows = {line: (cpu, wall) for f, line, fn, cpu, _, wall, _ in sampler.to_dict()["lines"] if fn in ("step", "<module>")}
-    loop = sum(rows.get(line, (0, 0))[0] for line in (9, 10))
-    sleep_cpu, sleep_wall = rows.get(16, (0, 0))
+    loop = sum(rows.get(line, (0, 0))[0] for line in (11, 12)) * evidence.SAMPLE_S
+    sleep_cpu, sleep_wall = rows.get(19, (0, 0))
     assert sleep_wall >= 0.7 * 0.4 / evidence.SAMPLE_S and sleep_cpu <= 0.1 * sleep_wall, rows
-    assert loop >= 0.3 * sampler.cpu_s / evidence.SAMPLE_S, (rows, sampler.cpu_s)
+    assert 0.5 * spent <= loop <= 2 * spent and spent > 0.05, (rows, spent)
+
 
 METRIC = """
 import torch
