@@ -996,6 +996,27 @@ def test_the_same_work_feeding_the_next_step_is_the_loop_s_own(tmp_path: Path) -
     assert findings == [], [(f.id, f.where, f.est_saving_s) for f in findings]
 
 
+def test_a_library_call_whose_result_the_next_step_is_drawn_from_is_the_loop_s_own(tmp_path: Path) -> None:
+    """A prioritized replay's prefix sums rebuilt by one np.cumsum per sample: most of the script in one library
+    call of your function, whose result picks the indices the loop updates next; dropped each step, a hot spot."""
+    body = """
+    prio = np.random.rand(400_000)
+
+    def prefix():
+        return np.cumsum(prio)
+
+    for t in range(150):
+        idx = np.searchsorted(prefix(), np.random.rand(64) * prio.sum())
+        prio[np.minimum(idx, prio.size - 1)] += 0.1
+    """
+    findings, total, _ = advise(tmp_path, body)
+    assert findings == [], [(f.id, f.where, f.est_saving_s, total) for f in findings]
+    dropped = body.replace("idx = np.searchsorted(prefix(),", "prefix()  # planted\n        idx = np.searchsorted(prio,")
+    assert dropped != body
+    (tmp_path / "dropped").mkdir()
+    check_first(*advise(tmp_path / "dropped", dropped), "hot_spot")
+
+
 def test_a_loop_that_imports_a_call_heavy_module_keeps_its_own_time(tmp_path: Path) -> None:
     """cProfile's cost is left out for the loop's calls, not for the calls made while importing (their
     time is left out whole): the loop's time stays the loop's, and nothing in it is a finding."""
