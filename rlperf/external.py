@@ -81,7 +81,7 @@ def _keep(timer: PhaseTimer) -> None:
     _process_timers[1].append(timer)
 
 
-def _written_by_now(timer: PhaseTimer) -> None:
+def _written_by_now() -> None:
     """After a step of a timer in a process the script started: its timers written when they are due
     (:data:`WRITE_S`). No SIGTERM handler writes them: a Python handler runs between two bytecodes, and
     a Pool worker that SIGTERM reached just before it blocked on the task queue's lock (the parent holds
@@ -273,10 +273,11 @@ class PhaseTimer(timers.PhaseTimer):
         if now - self._interval_end >= self.interval_s:
             self._close_interval(now)
         registry = script_registry.current
-        if registry is not None and registry.on_step is not None:
-            registry.on_step(self)
+        if registry is not None and registry.pid == os.getpid():  # a fork inherits the script's registry
+            if registry.on_step is not None:
+                registry.on_step(self)
         elif _process_timers is not None:
-            _written_by_now(self)
+            _written_by_now()
 
     def episode(self, return_: float, length: int | None = None) -> None:
         """Note one finished episode: its return (its score) and, if known, its length in env steps."""

@@ -337,6 +337,21 @@ def test_a_process_with_a_timer_keeps_what_it_wrote_when_sigterm_ends_it(tmp_pat
     assert set(record["phases"]) == {"act"}
 
 
+def test_a_forked_worker_ended_by_sigterm_keeps_the_steps_its_timer_wrote(tmp_path: Path) -> None:
+    # a fork inherits the script's registry: its timer's steps must still be written as it steps
+    script = tmp_path / "forked.py"
+    script.write_text("import multiprocessing as mp, os, signal, time\nimport rlperf\n\n"
+                      "def actor():\n    t = rlperf.PhaseTimer('cpu')\n    for _ in range(60):\n"
+                      "        with t.phase('act'):\n            time.sleep(0.005)\n        t.step_done()\n"
+                      "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\n\n"
+                      "if __name__ == '__main__':\n    p = mp.get_context('fork').Process(target=actor)\n"
+                      "    p.start()\n    p.join()\n    print('exit', p.exitcode)\n")
+    proc = profile(tmp_path, "--", "python", str(script))
+    assert proc.returncode == 0 and "exit -15" in proc.stdout, proc.stderr[-3000:]
+    timing = record_of(tmp_path)["timing"]
+    assert 45 <= timing["measured_steps"] + timing["warmup_steps"] <= 60, timing
+
+
 def test_ctrl_c_stops_the_script_and_keeps_its_profile(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)\n")

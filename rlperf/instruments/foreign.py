@@ -1476,13 +1476,14 @@ def hot_spot(ev: Evidence, found: list[Finding]) -> Finding | None:
         f"or vectorizes the work could save", where=where)
 
 
-def _feeds_the_loop(p: ScriptProfile, fn: Key, holder: Key | None) -> bool:
+def _feeds_the_loop(p: ScriptProfile, fn: Key, holder: Key | None, call: tuple[Key, int, Key] | None = None) -> bool:
     """Whether ``fn`` (yours, called from the loop, not the loop's holder) returns what the loop computes
     its next step from (``state = state * (1 + f(state))``): its library calls are the loop's own work,
-    however much they hold, not a hot spot (the loop that drops or only collects the result is one)."""
+    however much they hold, not a hot spot (the loop that drops or only collects the result is one).
+    ``call``: ``p.loop_call(fn)``, where the caller has it."""
     if not p.is_user(fn) or fn == holder:
         return False
-    at, line, child = p.loop_call(fn)
+    at, line, child = call or p.loop_call(fn)
     return at != fn and p.sources.returns_value(child) and not p.sources.result_dropped(at, line, child[2])
 
 
@@ -1505,11 +1506,11 @@ def _hot_function(ev: Evidence, p: ScriptProfile, expected: set[Key]) -> tuple[t
         looped = bool(p.sources.loops(fn)) and (share is None or share >= 0.5) and not p.compiled(fn)
         # ... or one library call it makes holds nearly all of it (a per-step metric over a big tensor) ...
         kids = sorted(p.callees.get(fn, []), key=lambda t: -t[2])
+        holder_of_call, line, child = p.loop_call(fn)
         concentrated = (bool(kids) and not p.is_user(kids[0][0]) and ev.clears(kids[0][2], 0.8 * p.cumtime(fn))
-                        and not _feeds_the_loop(p, fn, holder))
+                        and not _feeds_the_loop(p, fn, holder, (holder_of_call, line, child)))
         # ... or it is work done every step whose result the loop drops or only collects (a metric
         # recomputed each step for a plot).
-        holder_of_call, line, child = p.loop_call(fn)
         side = (ev.steps is not None and p.calls(child) >= 0.5 * ev.steps[0] and holder_of_call != fn
                 and p.sources.returns_value(child) and p.sources.result_dropped(holder_of_call, line, child[2]))
         # ... or it only checks (asserts, returns nothing, writes nothing it was given) and is called
