@@ -348,7 +348,7 @@ def test_the_line_sampler_holds_no_frame_of_the_script_and_ends_with_stop() -> N
     finally:
         sampler.stop()
     assert sampler.samples >= 10 and not any(alive), alive
-    assert sampler.timer is None
+    assert sampler.timers == []
 
 
 def test_the_stack_watcher_ends_with_the_profile(free_alarm: None) -> None:

@@ -354,17 +354,20 @@ SAMPLE_S = 0.01
 
 
 class LineSampler:
-    """Which line of your code the script's thread is on, every :data:`SAMPLE_S` of wall time, by a
-    POSIX timer that sends SIGPROF to that thread (:class:`_ThreadTimer`): the handler runs in the
-    thread between two bytecodes and sees the line that was running (a sampling thread waiting for the
-    GIL saw only where the script let go of it: a planted pure-Python line between two torch calls got
-    no samples). Each sample is weighted twice: by the wall time since the one before (a line that
-    waits, on a queue, a sleep, a pipe, is seen) and by the thread's CPU time since then (a line
-    the thread did not run on a busy machine is not charged). For the innermost frame of your code it
-    counts the line as *inner* (its own time with the library calls it makes), and every line of your
-    code on the stack as *inclusive*; in units of :data:`SAMPLE_S`. About 15 µs a sample. Without
-    ``timer_create`` (not Linux), outside the main thread, or where the script handles SIGPROF itself,
-    nothing is sampled."""
+    """Which line of your code the script's thread is on, by two POSIX timers that signal that thread
+    (:class:`_ThreadTimer`): one every :data:`SAMPLE_S` of wall time (SIGPROF), one every
+    :data:`SAMPLE_S` of the thread's CPU time (SIGVTALRM). A handler runs in the thread between two
+    bytecodes and sees the line that was running (a sampling thread waiting for the GIL saw only where
+    the script let go of it). A wall sample charges the line its wall time (a line that waits, on a
+    queue, a sleep, a pipe, is seen), a CPU sample its CPU time (a line the thread did not run on a busy
+    machine is not charged): each counts the timer's expiries since the last sample of its kind, so a
+    tick that waited for a C call to return is the C call's alone (weighting one wall tick by the CPU
+    spent since the last one charged the C call's line with the Python before it: a pure-Python loop
+    between two torch calls read half its CPU). For the innermost frame of your code it counts the line
+    as *inner* (its own time with the library calls it makes), and every line of your code on the stack
+    as *inclusive*; in units of :data:`SAMPLE_S`. About 15 µs a sample. Without ``timer_create`` (not
+    Linux), outside the main thread, or where the script handles SIGPROF or SIGVTALRM itself, nothing is
+    sampled."""
 
     def __init__(self, own: Callable[[str], bool], thread_id: int) -> None:
         self.own, self.thread_id = own, thread_id
@@ -373,44 +376,68 @@ class LineSampler:
         self.seconds: dict[tuple[str, int, str], list[float]] = {}
         self.samples = 0
         self.cpu_s = self.wall_s = 0.0
-        self.timer: _ThreadTimer | None = None
+        self.timers: list[_ThreadTimer] = []
         self.running = False
-        self.last = (0.0, 0.0)
+        self.busy = False  # a tick during the other kind's sample leaves its expiries to the next
+        self.origin = (0.0, 0.0)  # the clocks when the timers started
+        self.fired = [0, 0]  # expiries of the wall and the CPU timer counted so far
 
     def start(self) -> None:
         import signal
 
         if threading.get_ident() != self.thread_id or threading.current_thread() is not threading.main_thread():
             return  # a Python signal handler runs only in the main thread
-        handler = signal.getsignal(signal.SIGPROF)
-        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None) and not isinstance(
-                getattr(handler, "__self__", None), (LineSampler, WorkerSampler)):
-            return  # the script's own
+        for signo in (signal.SIGPROF, signal.SIGVTALRM):
+            handler = signal.getsignal(signo)
+            if handler not in (signal.SIG_DFL, signal.SIG_IGN, None) and not isinstance(
+                    getattr(handler, "__self__", None), (LineSampler, WorkerSampler)):
+                return  # the script's own
         try:
-            self.timer = _ThreadTimer(SAMPLE_S, cpu=False)
+            for cpu, signo in ((False, signal.SIGPROF), (True, signal.SIGVTALRM)):
+                self.timers.append(_ThreadTimer(SAMPLE_S, cpu=cpu, signo=signo))
         except (OSError, AttributeError):
+            self.close_timers()
             return
-        self.last = (time.perf_counter(), time.thread_time())
         self.running = True
-        signal.signal(signal.SIGPROF, self._tick)
-        signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
-        self.timer.start()
+        for signo, tick in ((signal.SIGPROF, self._wall_tick), (signal.SIGVTALRM, self._cpu_tick)):
+            signal.signal(signo, tick)
+            signal.siginterrupt(signo, False)  # system calls go on after a tick
+        self.origin, self.fired = (time.perf_counter(), time.thread_time()), [0, 0]
+        for timer in self.timers:
+            timer.start()
 
     def stop(self) -> None:
-        """No more samples. The handler stays (a no-op): a tick already on its way would otherwise find
-        SIGPROF's default action, which ends the process."""
+        """No more samples. The handlers stay (no-ops): a tick already on its way would otherwise find
+        the signal's default action, which ends the process."""
         self.running = False
-        if self.timer is not None:
-            self.timer.close()
-            self.timer = None
+        self.close_timers()
 
-    def _tick(self, signum: int, frame: Any) -> None:
-        if not self.running or frame is None:
-            return
-        now = (time.perf_counter(), time.thread_time())
-        wall, cpu = now[0] - self.last[0], now[1] - self.last[1]
-        self.last = now
-        self.sample(frame, wall, cpu)
+    def close_timers(self) -> None:
+        for timer in self.timers:
+            timer.close()
+        self.timers = []
+
+    def _expired(self, kind: int, now: float) -> float:
+        """Seconds of the timer of ``kind`` (0 wall, 1 CPU) not yet charged: its expiries since the last."""
+        count = int((now - self.origin[kind]) / SAMPLE_S)
+        new, self.fired[kind] = max(0, count - self.fired[kind]), max(count, self.fired[kind])
+        return new * SAMPLE_S
+
+    def _wall_tick(self, signum: int, frame: Any) -> None:
+        if self.running and frame is not None and not self.busy:
+            self.busy = True
+            try:
+                self.sample(frame, wall=self._expired(0, time.perf_counter()), cpu=0.0)
+            finally:
+                self.busy = False
+
+    def _cpu_tick(self, signum: int, frame: Any) -> None:
+        if self.running and frame is not None and not self.busy:
+            self.busy = True
+            try:
+                self.sample(frame, wall=0.0, cpu=self._expired(1, time.thread_time()))
+            finally:
+                self.busy = False
 
     def sample(self, frame: Any, wall: float = SAMPLE_S, cpu: float = SAMPLE_S) -> None:
         seen: set[tuple[str, int, str]] = set()
@@ -456,12 +483,12 @@ joins its workers). About 0.7 ms a write of 250 entries."""
 
 
 class _ThreadTimer:
-    """A POSIX timer that sends SIGPROF to the calling thread (Linux's ``timer_create`` with
+    """A POSIX timer that sends a signal (SIGPROF unless told) to the calling thread (Linux's ``timer_create`` with
     ``SIGEV_THREAD_ID``, through ctypes), on the thread's CPU clock (``cpu``) or the wall clock. Unlike
     ``setitimer(ITIMER_PROF)`` it leaves the process's CPU clock exact (an armed ITIMER_PROF makes
     ``time.process_time()`` step by 4 ms ticks here), a fork does not inherit it and exec deletes it."""
 
-    def __init__(self, interval_s: float, cpu: bool) -> None:
+    def __init__(self, interval_s: float, cpu: bool, signo: int = 0) -> None:
         import ctypes
         import ctypes.util
 
@@ -478,7 +505,7 @@ class _ThreadTimer:
         import signal
 
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        event = Sigevent(signo=signal.SIGPROF, notify=4, tid=threading.get_native_id())  # SIGEV_THREAD_ID
+        event = Sigevent(signo=signo or signal.SIGPROF, notify=4, tid=threading.get_native_id())  # SIGEV_THREAD_ID
         self._id = ctypes.c_void_p()
         clock = 3 if cpu else 1  # CLOCK_THREAD_CPUTIME_ID, CLOCK_MONOTONIC
         if libc.timer_create(clock, ctypes.byref(event), ctypes.byref(self._id)) != 0:
@@ -504,13 +531,14 @@ class _ThreadTimer:
 class WorkerSampler:
     """Where a process the script forked (a multiprocessing worker or actor, a vector env's worker, a
     Pool's) spends its CPU: its stack every :data:`SAMPLE_S` of its thread's CPU time (:class:`_ThreadTimer`),
-    each sample weighted by the CPU the thread used since the one before, so neither a busy machine nor
-    a worker blocked on its pipe moves the shares. The handler runs in the worker's thread between two
-    bytecodes and sees the line that was running; a sampling thread, waiting for the GIL, saw only where
-    the worker released it (a vector env's pipe, between steps of pure Python). For the frames of your
-    code it keeps the innermost line (with the library calls it makes), each function on the stack, and
-    each call between two of your frames or from yours into a library's, with the caller's line.
-    Written to ``worker-PID.json`` in the folder every :data:`FLUSH_S` and as the process exits."""
+    each sample weighted by the timer's expiries since the one before (more than one where a C call held
+    the tick), so neither a busy machine nor a worker blocked on its pipe moves the shares. The handler
+    runs in the worker's thread between two bytecodes and sees the line that was running; a sampling
+    thread, waiting for the GIL, saw only where the worker released it (a vector env's pipe, between
+    steps of pure Python). For the frames of your code it keeps the innermost line (with the library
+    calls it makes), each function on the stack, and each call between two of your frames or from yours
+    into a library's, with the caller's line. Written to ``worker-PID.json`` in the folder every
+    :data:`FLUSH_S` and as the process exits."""
 
     def __init__(self, own: Callable[[str], bool], folder: str, inherited: list[Any] | None = None) -> None:
         self.own = own
@@ -526,7 +554,7 @@ class WorkerSampler:
         self.functions: dict[tuple[str, int, str], float] = {}
         self.edges: dict[tuple[str, int, str, str, int, str], float] = {}  # caller (file, line, fn) -> callee
         self.samples = 0
-        self.last = time.thread_time()
+        self.origin, self.fired = 0.0, 0  # the thread's CPU clock at the timer's start; expiries counted
         self.flushed = 0.0  # the CPU sampled at the last write
         self.busy = False  # a tick that interrupted a tick's sample waits for the next
         self.timer: _ThreadTimer | None = None
@@ -546,6 +574,7 @@ class WorkerSampler:
             return
         signal.signal(signal.SIGPROF, self._tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
+        self.origin, self.fired = time.thread_time(), 0
         # A fork that returns to the script's code and exits; a multiprocessing worker ends with os._exit
         # instead (rlperf.instruments.child's, which calls worker_ends(): multiprocessing drops finalizers).
         atexit.register(self.stop)
@@ -559,10 +588,10 @@ class WorkerSampler:
         self.flush()
 
     def _tick(self, signum: int, frame: Any) -> None:
-        now = time.thread_time()
-        seconds, self.last = now - self.last, now
         if self.busy or frame is None:
-            return
+            return  # its expiries go to the next
+        count = int((time.thread_time() - self.origin) / SAMPLE_S)
+        seconds, self.fired = max(0, count - self.fired) * SAMPLE_S, max(count, self.fired)
         self.busy = True
         try:
             self.sample(frame, seconds)
