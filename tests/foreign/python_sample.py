@@ -26,4 +26,4 @@ class DequeReplay:
 
 
 torch.set_num_threads(1)
-run(replay=DequeReplay(), steps=150)
+run(replay=DequeReplay(), steps=1000)
