@@ -130,7 +130,9 @@ def main() -> None:
                         Path(tmp) / f"gate{w}")
             verdicts.append({"window": [w, w + args.window], "verdict": v["verdict"], "slowdown": v["slowdown"],
                              "paired": v["paired"], "phase": named(v, "phases"), "line": named(v, "lines"),
-                             "why": v["why"]})
+                             "why": v["why"],
+                             "lines": [{k: c[k] for k in ("name", "delta_ms", "p_value", "alpha", "slower")}
+                                       for c in (v.get("lines") or [])[:3]]})
             if not args.json:
                 print(f"pairs {w:2d}-{w + args.window - 1:2d}: {v['verdict']:12s} {100 * v['slowdown']:+6.1f}%  "
                       f"{v['why'] or '-'}", flush=True)

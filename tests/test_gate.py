@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import run_cli
@@ -717,3 +718,24 @@ def test_the_ci_recipe_runs_as_written(tmp_path: Path, capsys) -> None:
     assert v["n"] == [v["repeats"]["ran"]] * 2 and (v["verdict"] != "inconclusive" or v["repeats"]["ran"] == 3)
     # what the adaptive gate could have seen with its --max-repeats pairs, when it stopped sooner
     assert ("reach" in v) == (v["repeats"]["ran"] < 3) and (v["repeats"]["ran"] == 3 or v["reach"]["pairs"] == 3)
+
+
+def test_lines_sampled_in_few_runs_do_not_dilute_the_line_test() -> None:
+    """A DQN loop's records name some forty-five lines, most sampled once in one run: tested each at
+    ALPHA / 45, a line 0.1 ms slower in a 1 ms step went unnamed; a line must be sampled in half the runs
+    of one side to be tested, so forty stray lines leave the grown line's test as it was."""
+    rng = np.random.default_rng(3)
+
+    def record(grown_ms: float, strays: list[int]) -> dict:
+        lines = [["/src/loop.py", 22, "push", (0.05 + grown_ms) * rng.normal(1, 0.3) * 300 / 1e3 / 0.01, 0],
+                 ["/src/common.py", 70, "update", 0.4 * rng.normal(1, 0.05) * 300 / 1e3 / 0.01, 0]]
+        lines += [["/src/common.py", 100 + k, "run", 1.0, 0] for k in strays]
+        return {"timing": {"vector_step": {"mean_ms": 1.0 + grown_ms}}, "totals": {"vector_steps": 300},
+                "profile": {"evidence": {"line_samples": {"interval_s": 0.01, "lines": lines}}}}
+
+    for stray in (0, 40):  # each stray line sampled once, in one run of the candidate's six
+        base = [record(0.0, []) for _ in range(6)]
+        cand = [record(0.1, [k for k in range(stray) if k % 6 == i]) for i in range(6)]
+        first = gate.line_changes(base, cand)[0]
+        assert first["name"] == "/src/loop.py:22(push)" and first["slower"], first
+        assert first["alpha"] == pytest.approx(gate.ALPHA / 2), (stray, first)

@@ -350,13 +350,18 @@ _FORWARDS: Forwards | None = None
 
 
 SAMPLE_S = 0.01
-"""Seconds between two samples of the script's thread by :class:`LineSampler`."""
+"""Seconds of wall time between two wall samples of the script's thread by :class:`LineSampler`; the
+unit its rows are counted in."""
+CPU_SAMPLE_S = 0.004
+"""Seconds of the thread's CPU time between two CPU samples: a CPU-clock timer fires at the kernel's
+tick (every 4 ms at 250 Hz), so no finer; at 10 ms a 300-step run's 30 ms of planted Python got 3
+samples, too few for the gate to test a line."""
 
 
 class LineSampler:
     """Which line of your code the script's thread is on, by two POSIX timers that signal that thread
     (:class:`_ThreadTimer`): one every :data:`SAMPLE_S` of wall time (SIGPROF), one every
-    :data:`SAMPLE_S` of the thread's CPU time (SIGVTALRM). A handler runs in the thread between two
+    :data:`CPU_SAMPLE_S` of the thread's CPU time (SIGVTALRM). A handler runs in the thread between two
     bytecodes and sees the line that was running (a sampling thread waiting for the GIL saw only where
     the script let go of it). A wall sample charges the line its wall time (a line that waits, on a
     queue, a sleep, a pipe, is seen), a CPU sample its CPU time (a line the thread did not run on a busy
@@ -394,7 +399,7 @@ class LineSampler:
                 return  # the script's own
         try:
             for cpu, signo in ((False, signal.SIGPROF), (True, signal.SIGVTALRM)):
-                self.timers.append(_ThreadTimer(SAMPLE_S, cpu=cpu, signo=signo))
+                self.timers.append(_ThreadTimer(CPU_SAMPLE_S if cpu else SAMPLE_S, cpu=cpu, signo=signo))
         except (OSError, AttributeError):
             self.close_timers()
             return
@@ -419,9 +424,10 @@ class LineSampler:
 
     def _expired(self, kind: int, now: float) -> float:
         """Seconds of the timer of ``kind`` (0 wall, 1 CPU) not yet charged: its expiries since the last."""
-        count = int((now - self.origin[kind]) / SAMPLE_S)
+        interval = CPU_SAMPLE_S if kind else SAMPLE_S
+        count = int((now - self.origin[kind]) / interval)
         new, self.fired[kind] = max(0, count - self.fired[kind]), max(count, self.fired[kind])
-        return new * SAMPLE_S
+        return new * interval
 
     def _wall_tick(self, signum: int, frame: Any) -> None:
         if self.running and frame is not None and not self.busy:
