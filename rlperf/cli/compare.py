@@ -80,7 +80,7 @@ def compare(
         show_default=False)] = None,
     max_repeats: Annotated[int | None, typer.Option(
         "--max-repeats", help="The gate, on configs run now: while the verdict is INCONCLUSIVE, run one more interleaved "
-        "pair, up to this many runs a side (default 30; --repeats or less: no more runs).", show_default=False)] = None,
+        "pair, up to this many runs a side (default 60; --repeats or less: no more runs).", show_default=False)] = None,
     allow_mismatch: Annotated[list[str] | None, typer.Option(
         "--allow-mismatch", metavar="KEY", help="The gate: compare records that differ in KEY (kind, env.id, env.size, "
         "num_envs, device, machine (CPU model, CPU count, usable CPUs), timing, rlperf, config.SECTION.KEY) anyway "

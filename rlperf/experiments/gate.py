@@ -78,7 +78,10 @@ MIN_RUNS = 2
 """Runs a side for a spread; a verdict from few runs is honest, and INCONCLUSIVE more often."""
 DEFAULT_REPEATS = 6
 """Pairs the gate runs first: the fewest whose signed-rank interval can exclude anything at 2.5% (1 in 2**6)."""
-DEFAULT_MAX_REPEATS = 30
+DEFAULT_MAX_REPEATS = 60
+"""Pairs at most while inconclusive: at 30, a 10% slowdown on one step in four stayed INCONCLUSIVE in 3 of 20
+verdicts of the `ci` config at a 5% gate (reading +6-10% at 30 pairs; scripts/bench_gate.py). Only an
+undecided verdict runs the later pairs: most decide within 6-12."""
 ALPHA_PASS_ADAPTIVE = 0.01
 """A PASS's error at each look of adaptive repeats. The gate looks again after every pair while inconclusive
 and stops at the first look that decides: the looks favour a PASS of a slowdown just above the threshold
