@@ -426,11 +426,11 @@ def test_forwards_with_grad_and_no_backward_are_named_at_the_call_and_not_under_
 
     env = Env(16)
     obs = env.reset()
-    for t in range(400):  # 0.45 s: a saving's margin over a busy runner's waits grows with the run's length
+    for t in range(1200):  # 1.3 s: at 400 steps the whole suite beside hog 2 lost its finding once in 2 runs
         obs, reward, done = env.step(act(obs))
     """
     f = check_first(*advise(tmp_path, body), "autograd_forward")
-    assert "400 with grad enabled" in f.evidence and "reached 0" in f.evidence
+    assert "1,200 with grad enabled" in f.evidence and "reached 0" in f.evidence
     assert "inference_mode against with grad" in f.estimate
     clean = body.replace("return q(", "with torch.no_grad():\n            return q(")
     assert clean != body
