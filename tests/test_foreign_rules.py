@@ -1365,3 +1365,37 @@ def test_a_saving_is_a_share_of_the_script_s_own_time_not_of_its_waits_for_a_cpu
 
     assert advised(2 * total / 3) == ["checkpointing"]
     assert advised(0.0) == []
+
+
+def test_a_workers_nested_loop_is_named_at_the_inner_loop_whose_header_takes_its_turns(tmp_path: Path) -> None:
+    """A worker's CPU samples on a nested loop: most on the inner loop's header (its next item, every turn),
+    the rest in its body, whose math call is a library's. The loop named is the inner one: its header's
+    turns are its own work, not the outer loop's (which named the outer loop in 1 of 4 profiles)."""
+    script = tmp_path / "scan.py"
+    script.write_text(textwrap.dedent("""\
+        import math
+
+        def scan(points, centers):
+            out = []
+            for px, py in points:
+                best = 5.0
+                for cx, cy in centers:  # planted
+                    d = math.hypot(cx - px, cy - py)
+                    best = min(best, d)
+                out.append(best)
+            return out
+
+        scan([(0.0, 0.0)], [(1.0, 1.0)])
+        """))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    runpy.run_path(str(script))
+    profiler.disable()
+    p = ScriptProfile(CallStats(pstats.Stats(profiler), own=user_code([tmp_path])))
+    f = str(script)
+    workers = {"processes": 2, "cpu_s": 1.0, "samples": 100, "functions": [[f, 3, "scan", 1.0]],
+               "lines": [[f, 3, "scan", line, s] for line, s in ((5, 0.1), (7, 0.4), (8, 0.3), (9, 0.15), (10, 0.05))],
+               "edges": [[f, 8, "scan", "~", 0, "<built-in method math.hypot>", 0.25]]}
+    ev = foreign.Evidence({"profile": {"load": {"cpus": 2.0}}}, p, None, None, {"workers": workers})
+    spot = foreign.worker_hot_spot(ev)
+    assert spot is not None and spot.where == "scan.py:7 (scan)", spot

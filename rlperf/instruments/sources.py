@@ -362,6 +362,12 @@ class Sources:
                     best = node.lineno
         return best
 
+    def heads_loop(self, file: str, line: int) -> bool:
+        """Whether a ``for`` or ``while`` loop starts on ``line`` (its header: the loop's next item, its test)."""
+        tree = self.tree(file)
+        return any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno == line
+                   for n in (ast.walk(tree) if tree is not None else ()))
+
     def result_dropped(self, key: Key, line: int, name: str) -> bool:
         """Whether the loop drops what the call of ``name`` on ``line`` returns, or only collects it for
         later (``f(x)`` as a statement, ``history.append(f(x))``, ``print(f(x))``): work the next
