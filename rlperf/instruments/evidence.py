@@ -368,11 +368,11 @@ class LineSampler:
     machine is not charged): each counts the timer's expiries since the last sample of its kind, so a
     tick that waited for a C call to return is the C call's alone (weighting one wall tick by the CPU
     spent since the last one charged the C call's line with the Python before it: a pure-Python loop
-    between two torch calls read half its CPU). For the innermost frame of your code it counts the line
-    as *inner* (its own time with the library calls it makes), and every line of your code on the stack
-    as *inclusive*; in units of :data:`SAMPLE_S`. About 15 µs a sample. Without ``timer_create`` (not
-    Linux), outside the main thread, or where the script handles SIGPROF or SIGVTALRM itself, nothing is
-    sampled."""
+    between two torch calls read 0.5-0.9x of its CPU beside two busy processes). For the innermost frame
+    of your code it counts the line as *inner* (its own time with the library calls it makes), and every
+    line of your code on the stack as *inclusive*; in units of :data:`SAMPLE_S`. About 15 µs a sample.
+    Without ``timer_create`` (not Linux), outside the main thread, or where the script handles SIGPROF
+    or SIGVTALRM itself, nothing is sampled."""
 
     def __init__(self, own: Callable[[str], bool], thread_id: int) -> None:
         self.own, self.thread_id = own, thread_id
