@@ -384,8 +384,6 @@ class LineSampler:
         self.timers: list[_ThreadTimer] = []
         self.running = False
         self.busy = False  # a tick during the other kind's sample leaves its expiries to the next
-        self.origin = (0.0, 0.0)  # the clocks when the timers started
-        self.fired = [0, 0]  # expiries of the wall and the CPU timer counted so far
 
     def start(self) -> None:
         import signal
@@ -407,7 +405,6 @@ class LineSampler:
         for signo, tick in ((signal.SIGPROF, self._wall_tick), (signal.SIGVTALRM, self._cpu_tick)):
             signal.signal(signo, tick)
             signal.siginterrupt(signo, False)  # system calls go on after a tick
-        self.origin, self.fired = (time.perf_counter(), time.thread_time()), [0, 0]
         for timer in self.timers:
             timer.start()
 
@@ -422,26 +419,19 @@ class LineSampler:
             timer.close()
         self.timers = []
 
-    def _expired(self, kind: int, now: float) -> float:
-        """Seconds of the timer of ``kind`` (0 wall, 1 CPU) not yet charged: its expiries since the last."""
-        interval = CPU_SAMPLE_S if kind else SAMPLE_S
-        count = int((now - self.origin[kind]) / interval)
-        new, self.fired[kind] = max(0, count - self.fired[kind]), max(count, self.fired[kind])
-        return new * interval
-
     def _wall_tick(self, signum: int, frame: Any) -> None:
-        if self.running and frame is not None and not self.busy:
-            self.busy = True
-            try:
-                self.sample(frame, wall=self._expired(0, time.perf_counter()), cpu=0.0)
-            finally:
-                self.busy = False
+        self._charge(0, frame)
 
     def _cpu_tick(self, signum: int, frame: Any) -> None:
+        self._charge(1, frame)
+
+    def _charge(self, kind: int, frame: Any) -> None:
+        """The line ``frame`` is on charged the expiries of timer ``kind`` (0 wall, 1 CPU) since the last."""
         if self.running and frame is not None and not self.busy:
             self.busy = True
             try:
-                self.sample(frame, wall=0.0, cpu=self._expired(1, time.thread_time()))
+                seconds = self.timers[kind].expired()
+                self.sample(frame, wall=0.0 if kind else seconds, cpu=seconds if kind else 0.0)
             finally:
                 self.busy = False
 
@@ -518,11 +508,21 @@ class _ThreadTimer:
             raise OSError(ctypes.get_errno(), "timer_create")
         period = Timespec(int(interval_s), int(interval_s % 1 * 1e9))
         self._spec, self._off = Itimerspec(period, period), Itimerspec()
+        self.interval_s, self._clock = interval_s, (time.thread_time if cpu else time.perf_counter)
+        self._origin, self._fired = 0.0, 0
         self._libc, self._ctypes = libc, ctypes
         self._pid = os.getpid()
 
     def start(self) -> None:
+        self._origin, self._fired = self._clock(), 0
         self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._spec), None)
+
+    def expired(self) -> float:
+        """Seconds of the timer's expiries since the last call (more than one interval where a C call held
+        the signal), counted on its clock from :meth:`start`; in the thread that made it (its CPU clock)."""
+        count = int((self._clock() - self._origin) / self.interval_s)
+        new, self._fired = max(0, count - self._fired), max(count, self._fired)
+        return new * self.interval_s
 
     def stop(self) -> None:
         self._libc.timer_settime(self._id, 0, self._ctypes.byref(self._off), None)
@@ -560,7 +560,6 @@ class WorkerSampler:
         self.functions: dict[tuple[str, int, str], float] = {}
         self.edges: dict[tuple[str, int, str, str, int, str], float] = {}  # caller (file, line, fn) -> callee
         self.samples = 0
-        self.origin, self.fired = 0.0, 0  # the thread's CPU clock at the timer's start; expiries counted
         self.flushed = 0.0  # the CPU sampled at the last write
         self.busy = False  # a tick that interrupted a tick's sample waits for the next
         self.timer: _ThreadTimer | None = None
@@ -580,7 +579,6 @@ class WorkerSampler:
             return
         signal.signal(signal.SIGPROF, self._tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls go on after a tick
-        self.origin, self.fired = time.thread_time(), 0
         # A fork that returns to the script's code and exits; a multiprocessing worker ends with os._exit
         # instead (rlperf.instruments.child's, which calls worker_ends(): multiprocessing drops finalizers).
         atexit.register(self.stop)
@@ -594,10 +592,9 @@ class WorkerSampler:
         self.flush()
 
     def _tick(self, signum: int, frame: Any) -> None:
-        if self.busy or frame is None:
+        if self.busy or frame is None or self.timer is None:
             return  # its expiries go to the next
-        count = int((time.thread_time() - self.origin) / SAMPLE_S)
-        seconds, self.fired = max(0, count - self.fired) * SAMPLE_S, max(count, self.fired)
+        seconds = self.timer.expired()
         self.busy = True
         try:
             self.sample(frame, seconds)

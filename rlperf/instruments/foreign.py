@@ -1624,11 +1624,10 @@ def _worker_function(p: ScriptProfile, workers: Mapping[str, Any], cpu: float) -
             continue
         # Its own Python time inside loops of its own: the lines' time less the library calls they make
         # (a statement handing arrays to numpy or torch is that call's C work, not the loop's own)
-        # a loop's header line (its next item, each turn) is that loop's own work, not the loop around it
+        # (a loop's header line, its next item each turn, is that loop's own work, not the loop around it)
         looped: dict[int, float] = {}
         for lfile, lfirst, lfn, line, s in workers.get("lines") or []:
-            mine = (lfile, lfirst, lfn) == key
-            loop = (line if p.sources.heads_loop(file, line) else p.sources.enclosing_loop(file, line)) if mine else None
+            loop = p.sources.owning_loop(file, line) if (lfile, lfirst, lfn) == key else None
             if loop is not None and loop > first and not p.sources.array_call(file, line):
                 looped[loop] = looped.get(loop, 0.0) + max(0.0, s - called.get((file, line), 0.0))
         own = sum(looped.values())

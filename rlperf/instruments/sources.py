@@ -362,11 +362,13 @@ class Sources:
                     best = node.lineno
         return best
 
-    def heads_loop(self, file: str, line: int) -> bool:
-        """Whether a ``for`` or ``while`` loop starts on ``line`` (its header: the loop's next item, its test)."""
+    def owning_loop(self, file: str, line: int) -> int | None:
+        """The loop whose own work ``line`` is: the ``for`` or ``while`` it heads (its next item or test,
+        every turn), else :meth:`enclosing_loop`'s."""
         tree = self.tree(file)
-        return any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno == line
-                   for n in (ast.walk(tree) if tree is not None else ()))
+        heads = any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno == line
+                    for n in (ast.walk(tree) if tree is not None else ()))
+        return line if heads else self.enclosing_loop(file, line)
 
     def result_dropped(self, key: Key, line: int, name: str) -> bool:
         """Whether the loop drops what the call of ``name`` on ``line`` returns, or only collects it for
