@@ -352,16 +352,16 @@ _FORWARDS: Forwards | None = None
 SAMPLE_S = 0.01
 """Seconds of wall time between two wall samples of the script's thread by :class:`LineSampler`; the
 unit its rows are counted in."""
-CPU_SAMPLE_S = 0.004
-"""Seconds of the thread's CPU time between two CPU samples: a CPU-clock timer fires at the kernel's
-tick (every 4 ms at 250 Hz), so no finer; at 10 ms a 300-step run's 30 ms of planted Python got 3
-samples, too few for the gate to test a line."""
+CPU_SAMPLE_S = 0.001
+"""Seconds of the thread's CPU time between two CPU samples (:func:`cpu_timer`; 4 ms where only a POSIX
+CPU-clock timer is at hand): at 10 ms a 300-step run's 30 ms of planted Python got 3 samples, too few
+for the gate to test a line."""
 
 
 class LineSampler:
-    """Which line of your code the script's thread is on, by two POSIX timers that signal that thread
-    (:class:`_ThreadTimer`): one every :data:`SAMPLE_S` of wall time (SIGPROF), one every
-    :data:`CPU_SAMPLE_S` of the thread's CPU time (SIGVTALRM). A handler runs in the thread between two
+    """Which line of your code the script's thread is on, by two timers that signal that thread: a POSIX
+    timer every :data:`SAMPLE_S` of wall time (SIGPROF, :class:`_ThreadTimer`), one every
+    :data:`CPU_SAMPLE_S` of the thread's CPU time (SIGVTALRM, :func:`cpu_timer`). A handler runs in the thread between two
     bytecodes and sees the line that was running (a sampling thread waiting for the GIL saw only where
     the script let go of it). A wall sample charges the line its wall time (a line that waits, on a
     queue, a sleep, a pipe, is seen), a CPU sample its CPU time (a line the thread did not run on a busy
@@ -396,8 +396,8 @@ class LineSampler:
                     getattr(handler, "__self__", None), (LineSampler, WorkerSampler)):
                 return  # the script's own
         try:
-            for cpu, signo in ((False, signal.SIGPROF), (True, signal.SIGVTALRM)):
-                self.timers.append(_ThreadTimer(CPU_SAMPLE_S if cpu else SAMPLE_S, cpu=cpu, signo=signo))
+            self.timers.append(_ThreadTimer(SAMPLE_S, cpu=False, signo=signal.SIGPROF))
+            self.timers.append(cpu_timer(CPU_SAMPLE_S, signal.SIGVTALRM))
         except (OSError, AttributeError):
             self.close_timers()
             return
@@ -482,7 +482,9 @@ class _ThreadTimer:
     """A POSIX timer that sends a signal (SIGPROF unless told) to the calling thread (Linux's ``timer_create`` with
     ``SIGEV_THREAD_ID``, through ctypes), on the thread's CPU clock (``cpu``) or the wall clock. Unlike
     ``setitimer(ITIMER_PROF)`` it leaves the process's CPU clock exact (an armed ITIMER_PROF makes
-    ``time.process_time()`` step by 4 ms ticks here), a fork does not inherit it and exec deletes it."""
+    ``time.process_time()`` step by 4 ms ticks here), a fork does not inherit it and exec deletes it.
+    On the CPU clock it fires at the kernel's tick, and beside busy processes not fairly: see
+    :class:`_TaskClock`, which :func:`cpu_timer` prefers."""
 
     def __init__(self, interval_s: float, cpu: bool, signo: int = 0) -> None:
         import ctypes
@@ -508,6 +510,11 @@ class _ThreadTimer:
             raise OSError(ctypes.get_errno(), "timer_create")
         period = Timespec(int(interval_s), int(interval_s % 1 * 1e9))
         self._spec, self._off = Itimerspec(period, period), Itimerspec()
+        self._setup(interval_s, cpu, libc)
+
+    def _setup(self, interval_s: float, cpu: bool, libc: Any) -> None:
+        import ctypes
+
         self.interval_s, self._clock = interval_s, (time.thread_time if cpu else time.perf_counter)
         self._origin, self._fired = 0.0, 0
         self._libc, self._ctypes = libc, ctypes
@@ -532,6 +539,93 @@ class _ThreadTimer:
         if os.getpid() == self._pid:
             self.stop()
             self._libc.timer_delete(self._id)
+
+
+class _TaskClock(_ThreadTimer):
+    """A signal to the calling thread every ``interval_s`` of its CPU time from the kernel's ``task-clock``
+    software event (``perf_event_open``, through ctypes: the event's file signals its owner thread on
+    each overflow, ``F_SETSIG``/``F_SETOWN_EX``). Its period is a high-resolution timer that runs while
+    the thread runs, so a sample lands anywhere in the thread's CPU time; a POSIX CPU-clock timer is
+    checked only at the kernel's tick while the thread holds the CPU, and beside two busy processes a
+    pure-Python line between two torch calls got 0.03-0.51x of its CPU in samples from one (this:
+    0.9-1.1x). Kernel time is sampled too where the system allows it (``perf_event_paranoid`` <= 1,
+    or root), else user time only; raises OSError where the event cannot be opened (a container's
+    seccomp filter, ``perf_event_paranoid`` 3)."""
+
+    def __init__(self, interval_s: float, signo: int) -> None:
+        import ctypes
+        import ctypes.util
+        import fcntl
+
+        class Attr(ctypes.Structure):  # struct perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1)
+            _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                        ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                        ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
+                        ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
+                        ("config1", ctypes.c_uint64), ("config2", ctypes.c_uint64)]
+
+        class Owner(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("pid", ctypes.c_int)]
+
+        number = {"x86_64": 298, "aarch64": 241}.get(os.uname().machine)
+        if number is None:
+            raise OSError("perf_event_open: unknown system call number")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        self._fd = -1
+        for exclude_kernel in (0, 1):  # flags: disabled (bit 0), exclude_kernel (bit 5), exclude_hv (bit 6)
+            attr = Attr(type=1, size=ctypes.sizeof(Attr), config=1,  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK
+                        sample_period=int(interval_s * 1e9), wakeup_events=1,
+                        flags=1 | exclude_kernel << 5 | exclude_kernel << 6)
+            self._fd = libc.syscall(number, ctypes.byref(attr), 0, -1, -1, 8)  # this thread, any CPU, FD_CLOEXEC
+            if self._fd >= 0:
+                break
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "perf_event_open")
+        try:
+            owner = Owner(1, threading.get_native_id())  # F_OWNER_TID
+            if libc.fcntl(self._fd, 15, ctypes.byref(owner)) != 0 or libc.fcntl(self._fd, 10, signo) != 0:
+                raise OSError(ctypes.get_errno(), "fcntl")  # F_SETOWN_EX, F_SETSIG
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) | os.O_ASYNC)
+        except OSError:
+            os.close(self._fd)
+            raise
+        self._setup(interval_s, True, libc)
+        # Expiries are counted on the event's own count, not time.thread_time(): the two drift apart by
+        # most of a millisecond in a second, and a sample held by a C call then took the next one's credit
+        # (a pure-Python loop between two torch calls read 0.3-0.7x of its CPU beside two busy processes).
+        self._clock = self._read
+
+    def _read(self) -> float:
+        return int.from_bytes(os.read(self._fd, 8), sys.byteorder) / 1e9
+
+    def start(self) -> None:
+        self._origin, self._fired = self._clock(), 0
+        self._libc.ioctl(self._fd, 0x2400, 0)  # PERF_EVENT_IOC_ENABLE
+
+    def stop(self) -> None:
+        self._libc.ioctl(self._fd, 0x2401, 0)  # PERF_EVENT_IOC_DISABLE
+
+    def close(self) -> None:
+        """Stopped and closed; a fork closes its copy of the file only (disabling it would stop the parent's)."""
+        if self._fd >= 0:
+            if os.getpid() == self._pid:
+                self.stop()
+            os.close(self._fd)
+            self._fd = -1
+
+
+TICK_S = 0.004
+"""The kernel's tick at 250 Hz: a POSIX CPU-clock timer fires no finer."""
+
+
+def cpu_timer(interval_s: float, signo: int) -> _ThreadTimer:
+    """A timer on the calling thread's CPU clock: :class:`_TaskClock` every ``interval_s``, else (no
+    ``perf_event_open``) a POSIX CPU-clock timer no finer than the tick."""
+    try:
+        return _TaskClock(interval_s, signo)
+    except (OSError, AttributeError):
+        return _ThreadTimer(max(interval_s, TICK_S), cpu=True, signo=signo)
 
 
 class WorkerSampler:
@@ -574,7 +668,7 @@ class WorkerSampler:
                                                                    (LineSampler, WorkerSampler)):
             return  # the script samples its workers itself (a fork inherits the script's or a worker's handler)
         try:
-            self.timer = _ThreadTimer(SAMPLE_S, cpu=True)
+            self.timer = cpu_timer(SAMPLE_S, signal.SIGPROF)
         except (OSError, AttributeError):  # no timer_create (not Linux): the workers are not sampled
             return
         signal.signal(signal.SIGPROF, self._tick)

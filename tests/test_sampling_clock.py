@@ -1,0 +1,119 @@
+"""The line sampler's CPU clock: the kernel's task-clock event where the system opens it, a POSIX CPU-clock
+timer where it does not, and CPU samples that stay fair beside busy processes."""
+
+from __future__ import annotations
+
+import runpy
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlperf.instruments import evidence
+from rlperf.instruments.profilers import user_code
+
+
+def _task_clock() -> evidence._TaskClock | None:
+    try:
+        return evidence._TaskClock(evidence.CPU_SAMPLE_S, signal.SIGVTALRM)
+    except (OSError, AttributeError):
+        return None
+
+
+needs_task_clock = pytest.mark.skipif(_task_clock() is None, reason="perf_event_open is not allowed here")
+
+
+def _spin(cpu_s: float) -> None:
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+def _count_signals(timer: evidence._ThreadTimer, cpu_s: float) -> tuple[int, float]:
+    """Signals the timer sent while the thread spun ``cpu_s`` of CPU, and its expiries' seconds."""
+    fired = [0, 0.0]
+
+    def tick(signum: int, frame: object) -> None:
+        fired[0] += 1
+        fired[1] += timer.expired()
+
+    previous = signal.signal(signal.SIGVTALRM, tick)
+    try:
+        timer.start()
+        _spin(cpu_s)
+        timer.close()
+    finally:
+        signal.signal(signal.SIGVTALRM, previous)
+    return int(fired[0]), float(fired[1])
+
+
+@needs_task_clock
+def test_the_task_clock_signals_once_per_interval_of_the_thread_s_cpu() -> None:
+    timer = _task_clock()
+    assert timer is not None
+    signals, seconds = _count_signals(timer, 0.3)
+    expected = 0.3 / evidence.CPU_SAMPLE_S
+    assert 0.9 * expected <= signals <= 1.05 * expected, signals
+    assert 0.3 - 2 * evidence.CPU_SAMPLE_S <= seconds <= 0.3 + 2 * evidence.CPU_SAMPLE_S, seconds
+
+
+def test_without_perf_events_the_cpu_clock_is_a_posix_timer_at_the_tick(monkeypatch) -> None:
+    def refused(interval_s: float, signo: int) -> None:
+        raise OSError(13, "perf_event_open")
+
+    monkeypatch.setattr(evidence, "_TaskClock", refused)
+    timer = evidence.cpu_timer(evidence.CPU_SAMPLE_S, signal.SIGVTALRM)
+    assert type(timer) is evidence._ThreadTimer and timer.interval_s == evidence.TICK_S
+    signals, seconds = _count_signals(timer, 0.3)
+    assert signals >= 0.5 * 0.3 / evidence.TICK_S and 0.25 <= seconds <= 0.31, (signals, seconds)
+
+
+@needs_task_clock
+def test_beside_two_busy_processes_a_python_loop_between_torch_calls_holds_its_cpu_in_samples(tmp_path: Path) -> None:
+    """A POSIX CPU-clock timer is checked at the kernel's tick while the thread holds the CPU: beside two busy
+    processes such a loop read 0.5-1.35x of its CPU from it (and 0.03-0.5x where the loop was short)."""
+    script = tmp_path / "mixed.py"
+    script.write_text(textwrap.dedent("""\
+        import random
+        import time
+        import torch
+
+        x = torch.randn(256, 256)
+        spent = [0.0]
+        rng = random.Random(0)
+
+        def step():
+            torch.mm(x, x)
+            t = time.thread_time()
+            s = 0
+            for i in range(rng.randrange(10000, 30000)):
+                s += i
+            spent[0] += time.thread_time() - t
+            torch.mm(x, x)
+
+        for _ in range(700):
+            step()
+        """))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sampler = evidence.LineSampler(user_code([tmp_path]), threading.get_ident())
+    try:
+        sampler.start()
+        assert isinstance(sampler.timers[1], evidence._TaskClock)
+        spent = runpy.run_path(str(script))["spent"][0]
+    finally:
+        sampler.stop()
+        torch.set_num_threads(threads)
+        for process in busy:
+            process.kill()
+            process.wait()
+    rows = {line: cpu for f, line, fn, cpu, _, _, _ in sampler.to_dict()["lines"] if fn == "step"}
+    loop = (rows.get(13, 0) + rows.get(14, 0)) * evidence.SAMPLE_S
+    assert 0.8 * spent <= loop <= 1.25 * spent and spent > 0.15, (rows, spent)
