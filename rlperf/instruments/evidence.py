@@ -469,7 +469,11 @@ class LineSampler:
 
 
 WORKERS_ENV = "RLPERF_WORKER_SAMPLES"
-"""The folder where the processes the script forks write their samples (:class:`WorkerSampler`)."""
+"""The folder where the processes the script forks or starts write their samples (:class:`WorkerSampler`)."""
+ROOTS_ENV = "RLPERF_WORKER_ROOTS"
+"""Your code's folders, for the Python processes the script starts (:func:`sample_started_process`)."""
+STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
+"""The folder of the ``sitecustomize`` that samples them."""
 FLUSH_S = 0.2
 """Seconds of a worker's CPU between two writes of its samples at most; a tenth of what it has sampled
 at least (0.02 s at first). A worker ended by SIGTERM (a Pool's terminate(), rlperf's stop) loses what
@@ -637,7 +641,8 @@ class WorkerSampler:
     thread, waiting for the GIL, saw only where the worker released it (a vector env's pipe, between
     steps of pure Python). For the frames of your code it keeps the innermost line (with the library
     calls it makes), each function on the stack, and each call between two of your frames or from yours
-    into a library's, with the caller's line. Written to ``worker-PID.json`` in the folder every
+    into a library's, with the caller's line; a sample inside a module's first import is counted apart
+    (``imports_s``), not as the worker's work. Written to ``worker-PID.json`` in the folder every
     :data:`FLUSH_S` and as the process exits."""
 
     def __init__(self, own: Callable[[str], bool], folder: str, inherited: list[Any] | None = None) -> None:
@@ -649,7 +654,7 @@ class WorkerSampler:
         self.pid = os.getpid()
         self.path = os.path.join(folder, f"worker-{self.pid}.json")
         self.mine: dict[Any, bool] = {}
-        self.cpu_s = 0.0
+        self.cpu_s = self.imports_s = 0.0
         self.lines: dict[tuple[str, int, str, int], float] = {}  # (file, first line, function, line)
         self.functions: dict[tuple[str, int, str], float] = {}
         self.edges: dict[tuple[str, int, str, str, int, str], float] = {}  # caller (file, line, fn) -> callee
@@ -698,6 +703,14 @@ class WorkerSampler:
             self.flush()
 
     def sample(self, frame: Any, seconds: float) -> None:
+        outer = frame
+        while outer is not None and id(outer) not in self.stop_at:
+            if outer.f_code.co_filename.startswith("<frozen importlib"):
+                # a module's first import (a started worker imports numpy or torch anew): a one-time cost,
+                # not the worker's work, kept apart as the main process's imports are
+                self.imports_s += seconds
+                return
+            outer = outer.f_back
         callee: tuple[str, int, str] | None = None  # the frame the one at hand called (the walk goes outwards)
         found = False
         seen: set[Any] = set()
@@ -734,7 +747,7 @@ class WorkerSampler:
         try:
             cpu, samples = self.cpu_s, self.samples
             lines, functions, edges = dict(self.lines), dict(self.functions), dict(self.edges)
-            data = {"pid": self.pid, "cpu_s": cpu, "samples": samples,
+            data = {"pid": self.pid, "cpu_s": cpu, "imports_s": self.imports_s, "samples": samples,
                     "lines": [[*k, v] for k, v in lines.items()],
                     "functions": [[*k, v] for k, v in functions.items()],
                     "edges": [[*k, v] for k, v in edges.items()]}
@@ -753,9 +766,12 @@ def sample_worker() -> None:
     """In a process the script forked: sample it (:class:`WorkerSampler`), if the script is sampled."""
     global _SAMPLER, _OWN, _WORKER
     folder = os.environ.get(WORKERS_ENV)
-    if _SAMPLER is not None:  # the script's sampler: its timer did not survive the fork
+    if _SAMPLER is not None:  # the script's sampler: its timers did not survive the fork
         _SAMPLER.running = False
+        _SAMPLER.close_timers()  # a task clock's file is closed here, not stopped (it is the parent's)
         _OWN, _SAMPLER = _SAMPLER.own, None
+    if _WORKER is not None and _WORKER.timer is not None and _WORKER.pid != os.getpid():
+        _WORKER.timer.close()  # the forking worker's, likewise
     if folder and _OWN is not None:
         here = os.path.dirname(os.path.abspath(__file__))
         inherited: list[Any] = []
@@ -766,6 +782,33 @@ def sample_worker() -> None:
             frame = frame.f_back
         _WORKER = WorkerSampler(_OWN, folder, inherited)
         _WORKER.start()
+
+
+def sample_started_process() -> None:
+    """In a Python process the script started (a multiprocessing ``spawn`` or ``forkserver`` worker, the
+    forkserver itself, a ``python`` subprocess; called from ``rlperf/instruments/startup/sitecustomize.py``):
+    sample it, and the processes it forks, like a fork of the script."""
+    global _OWN, _WORKER
+    folder, roots = os.environ.get(WORKERS_ENV), os.environ.get(ROOTS_ENV)
+    if not folder or not roots or _WORKER is not None:
+        return
+    from multiprocessing import util
+
+    from rlperf.instruments.profilers import user_code
+
+    _OWN = user_code(roots.split(os.pathsep))
+    _WORKER = WorkerSampler(_OWN, folder)
+    _WORKER.start()
+    os.register_at_fork(after_in_child=sample_worker)
+    # A forkserver's worker ends with os._exit, which skips atexit; multiprocessing runs its finalizers
+    # first, and clears those a fork inherited, so each worker registers its own.
+    util.register_after_fork(_WORKER, _finalize_worker)
+
+
+def _finalize_worker(_: Any) -> None:
+    from multiprocessing import util
+
+    util.Finalize(None, worker_ends, exitpriority=0)
 
 
 def worker_ends() -> None:
@@ -780,7 +823,7 @@ def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
     folder = folder or os.environ.get(WORKERS_ENV)
     if not folder or not os.path.isdir(folder):
         return None
-    total: dict[str, Any] = {"processes": 0, "cpu_s": 0.0, "samples": 0}
+    total: dict[str, Any] = {"processes": 0, "cpu_s": 0.0, "imports_s": 0.0, "samples": 0}
     sums: dict[str, dict[tuple[Any, ...], float]] = {"lines": {}, "functions": {}, "edges": {}}
     for name in sorted(os.listdir(folder)):
         if not (name.startswith("worker-") and name.endswith(".json")):
@@ -790,6 +833,7 @@ def worker_samples(folder: str | None = None) -> dict[str, Any] | None:
                 data = json.load(f)
         except (OSError, ValueError):
             continue
+        total["imports_s"] += float(data.get("imports_s") or 0.0)
         if not data.get("samples"):
             continue
         total["processes"] += 1
@@ -815,12 +859,16 @@ def sample_lines(kind: str, name: str, workers: Path | None = None) -> None:
     global _SAMPLER
     from rlperf.instruments.profilers import user_code
 
+    roots = script_roots(kind, name)
     if workers is not None:
         with contextlib.suppress(OSError):
             workers.mkdir(exist_ok=True)
             os.environ[WORKERS_ENV] = str(workers)
+            os.environ[ROOTS_ENV] = os.pathsep.join(roots)
+            # the processes the script starts run startup/sitecustomize.py first (sample_started_process)
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (STARTUP, os.environ.get("PYTHONPATH"))))
 
-    _SAMPLER = LineSampler(user_code(script_roots(kind, name)), threading.get_ident())
+    _SAMPLER = LineSampler(user_code(roots), threading.get_ident())
     _SAMPLER.start()
 
 

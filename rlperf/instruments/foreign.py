@@ -1557,7 +1557,7 @@ WORKER_SHARE = 0.1
 
 
 def worker_hot_spot(ev: Evidence) -> Finding | None:
-    """Work in the processes the script forked (its workers, actors, a vector env's or a Pool's) that
+    """Work in the processes the script forked or started (its workers, actors, a vector env's or a Pool's) that
     holds most of their CPU and that no loop of theirs needs: a library call made from a line of yours
     (not a module's forward, a backward, an optimizer step, an env step or a wait), an object built
     again and again (a class's ``__init__``), or a function's own Python loops. Read from CPU-time
@@ -1580,7 +1580,7 @@ def worker_hot_spot(ev: Evidence) -> Finding | None:
     seconds, where, what = max(found)
     return finding(
         "hot_spot",
-        f"in the {n} worker process(es) the script forked, {what} held {seconds_short(seconds)} of their "
+        f"in the {n} worker process(es) the script started, {what} held {seconds_short(seconds)} of their "
         f"{seconds_short(cpu)} of CPU ({percent_short(seconds / cpu)}, CPU-time samples of each worker), and no rule "
         "of the checklist explains it",
         seconds / spread, f"at most its {seconds_short(seconds)} of the workers' CPU over the {spread:g} CPUs they "
