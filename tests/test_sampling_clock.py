@@ -117,3 +117,41 @@ def test_beside_two_busy_processes_a_python_loop_between_torch_calls_holds_its_c
     rows = {line: cpu for f, line, fn, cpu, _, _, _ in sampler.to_dict()["lines"] if fn == "step"}
     loop = (rows.get(13, 0) + rows.get(14, 0)) * evidence.SAMPLE_S
     assert 0.8 * spent <= loop <= 1.25 * spent and spent > 0.15, (rows, spent)
+
+
+SPIN = """
+import queue, sys, threading, time
+from rlperf.instruments import evidence
+from rlperf.instruments.profilers import user_code
+
+sampler = evidence.LineSampler(user_code([sys.argv[1]]), threading.get_ident())
+sampler.start()
+q = queue.Queue(64)
+def actor():
+    for t in range(200):
+        time.sleep(0.001)
+        q.put(t)
+    q.put(None)
+threading.Thread(target=actor, daemon=True).start()
+while True:
+    while q.empty():
+        pass
+    if q.get() is None:
+        break
+sampler.stop()
+print(type(sampler).__name__, "done")
+"""
+
+
+@needs_task_clock
+def test_a_thread_waiting_for_the_gil_gets_it_while_the_sampled_thread_spins(tmp_path: Path) -> None:
+    """The handler reads the task clock's count without letting go of the GIL: os.read let it go and took it
+    back every millisecond, and a thread waiting for it (an actor after its sleep) never got it."""
+    script = tmp_path / "spin.py"
+    script.write_text(SPIN)
+    try:
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the actor thread never got the GIL")
+    assert proc.returncode == 0 and "LineSampler done" in proc.stdout, proc.stderr[-2000:]

@@ -598,10 +598,18 @@ class _TaskClock(_ThreadTimer):
         # Expiries are counted on the event's own count, not time.thread_time(): the two drift apart by
         # most of a millisecond in a second, and a sample held by a C call then took the next one's credit
         # (a pure-Python loop between two torch calls read 0.3-0.7x of its CPU beside two busy processes).
+        # Read through PyDLL, which keeps the GIL: os.read lets it go and takes it back at once, and done
+        # every millisecond that starved a thread waiting for it (a learner spinning on queue.empty()
+        # while its actor thread waited forever to put the next item).
+        self._count = ctypes.c_uint64()
+        self._read_count = ctypes.PyDLL(ctypes.util.find_library("c") or None).read
+        self._read_count.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+        self._read_count.restype = ctypes.c_ssize_t
         self._clock = self._read
 
     def _read(self) -> float:
-        return int.from_bytes(os.read(self._fd, 8), sys.byteorder) / 1e9
+        self._read_count(self._fd, self._ctypes.byref(self._count), 8)
+        return self._count.value / 1e9
 
     def start(self) -> None:
         self._origin, self._fired = self._clock(), 0
