@@ -555,6 +555,34 @@ while True:
 """
 
 
+def test_a_thread_joined_once_at_the_end_is_not_busy_waiting(tmp_path: Path) -> None:
+    # a clean A2C script whose rollout thread finished its last rollout while main() joined it: beside
+    # two busy processes that join() took 1 s, 20% of the script, and was named a busy wait (10 calls
+    # from 2 sites: the thread's start() and its join()); a spin makes many calls from one place
+    body = """
+    import threading, time
+    stop = threading.Event()
+    def rollouts():
+        env = Env()
+        while not stop.is_set():
+            env.step(None)
+        end = time.perf_counter() + 0.4  # the last rollout, finished after the stop
+        while time.perf_counter() < end:
+            pass
+    worker = threading.Thread(target=rollouts)
+    worker.start()
+    env = Env()
+    for t in range(300):
+        env.step(None)
+        if t % 40 == 0:
+            time.sleep(0.001)  # the learner's own pace, now and then
+    stop.set()
+    worker.join()
+    """
+    findings, _, _ = advise(tmp_path, body)
+    assert not [f for f in findings if f.id == "busy_wait"], [(f.id, f.where, f.evidence) for f in findings]
+
+
 def test_a_learner_blocked_on_its_actors_queue_is_not_busy_waiting(tmp_path: Path) -> None:
     # the fixed twin of a SAC learner that spun on q.empty(): its blocking q.get() waits inside
     # threading's Condition.wait, which counted as a lock wait (a finding on the fix itself)

@@ -776,8 +776,11 @@ def busy_wait(ev: Evidence) -> Finding | None:
     # A spin lasts as long as the wait it spins through, alone or profiled: its calls' time is not net of
     # cProfile's cost (15.7 M empty() calls at 0.34 µs each left a SAC learner's spin, 60% of the
     # profile and half the script's time alone, at zero)
+    # A spin calls its wait again and again from one place; a thread's start() and join(), or a sleep now
+    # and then, wait once each (a clean A2C script's join() of its rollout thread, 1 s beside two busy
+    # processes, was named a busy wait from 10 calls at 3 sites)
     return _calls_charged(ev, "busy_wait", keys, "sleep / poll / lock-wait calls", depth=1, min_calls=10, min_share=0.1,
-                          direct=p.keys("wait", "threading.py"), net=False)
+                          site=lambda e: e.calls >= 10, direct=p.keys("wait", "threading.py"), net=False)
 
 
 LOG_CALLS = (("debug", "info", "warning", "error", "critical", "log", "exception"), "logging/__init__.py")
