@@ -36,7 +36,7 @@ def _spin(cpu_s: float) -> None:
 
 
 def _count_signals(timer: evidence._ThreadTimer, cpu_s: float) -> tuple[int, float]:
-    """Signals the timer sent while the thread spun ``cpu_s`` of CPU, and its expiries' seconds."""
+    """Signals the timer sent while the thread spun ``cpu_s`` of CPU, and its expiries' seconds in all."""
     fired = [0, 0.0]
 
     def tick(signum: int, frame: object) -> None:
@@ -47,6 +47,8 @@ def _count_signals(timer: evidence._ThreadTimer, cpu_s: float) -> tuple[int, flo
     try:
         timer.start()
         _spin(cpu_s)
+        timer.stop()
+        fired[1] += timer.expired()  # the CPU since the last signal
         timer.close()
     finally:
         signal.signal(signal.SIGVTALRM, previous)
@@ -71,7 +73,9 @@ def test_without_perf_events_the_cpu_clock_is_a_posix_timer_at_the_tick(monkeypa
     timer = evidence.cpu_timer(evidence.CPU_SAMPLE_S, signal.SIGVTALRM)
     assert type(timer) is evidence._ThreadTimer and timer.interval_s == evidence.TICK_S
     signals, seconds = _count_signals(timer, 0.3)
-    assert signals >= 0.5 * 0.3 / evidence.TICK_S and 0.25 <= seconds <= 0.31, (signals, seconds)
+    # beside busy processes a tick-checked timer's signals come late and merge (35 of 75 once): its
+    # expiries still add up to the CPU
+    assert signals >= 0.25 * 0.3 / evidence.TICK_S and 0.25 <= seconds <= 0.31, (signals, seconds)
 
 
 @needs_task_clock
