@@ -78,49 +78,82 @@ def test_without_perf_events_the_cpu_clock_is_a_posix_timer_at_the_tick(monkeypa
     assert signals >= 0.25 * 0.3 / evidence.TICK_S and 0.25 <= seconds <= 0.31, (signals, seconds)
 
 
-@needs_task_clock
-def test_beside_two_busy_processes_a_python_loop_between_torch_calls_holds_its_cpu_in_samples(tmp_path: Path) -> None:
-    """A POSIX CPU-clock timer is checked at the kernel's tick while the thread holds the CPU: beside two busy
-    processes such a loop read 0.5-1.35x of its CPU from it (and 0.03-0.5x where the loop was short)."""
+MIXED = """\
+import random
+import time
+import torch
+
+x = torch.randn(256, 256)
+spent = [0.0]
+rng = random.Random(0)
+
+def step():
+    torch.mm(x, x)
+    t = time.thread_time()
+    s = 0
+    for i in range(rng.randrange(10000, 30000)):
+        s += i
+    spent[0] += time.thread_time() - t
+    torch.mm(x, x)
+
+"""
+"""A pure-Python loop (lines 13 and 14) between two torch calls, which let go of the GIL; ``spent``: its CPU."""
+
+
+def _sample_mixed(tmp_path: Path, tail: str) -> tuple[dict[int, tuple[float, float]], float]:
+    """Run MIXED + ``tail`` under the line sampler (one torch thread): each line's (CPU, wall) samples of
+    ``step`` and the script's, and the loop's measured CPU."""
     script = tmp_path / "mixed.py"
-    script.write_text(textwrap.dedent("""\
-        import random
-        import time
-        import torch
-
-        x = torch.randn(256, 256)
-        spent = [0.0]
-        rng = random.Random(0)
-
-        def step():
-            torch.mm(x, x)
-            t = time.thread_time()
-            s = 0
-            for i in range(rng.randrange(10000, 30000)):
-                s += i
-            spent[0] += time.thread_time() - t
-            torch.mm(x, x)
-
-        for _ in range(700):
-            step()
-        """))
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    script.write_text(MIXED + textwrap.dedent(tail))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     sampler = evidence.LineSampler(user_code([tmp_path]), threading.get_ident())
     try:
         sampler.start()
-        assert isinstance(sampler.timers[1], evidence._TaskClock)
         spent = runpy.run_path(str(script))["spent"][0]
     finally:
         sampler.stop()
         torch.set_num_threads(threads)
+    rows = {line: (cpu, wall) for f, line, fn, cpu, _, wall, _ in sampler.to_dict()["lines"] if fn in ("step", "<module>")}
+    return rows, spent
+
+
+def _loop_cpu(rows: dict[int, tuple[float, float]]) -> float:
+    return sum(rows.get(line, (0.0, 0.0))[0] for line in (13, 14)) * evidence.SAMPLE_S
+
+
+def test_the_line_sampler_weighs_each_line_by_cpu_and_by_wall(tmp_path: Path) -> None:
+    """A line that sleeps holds wall time and no CPU; a pure-Python loop between two torch calls holds the CPU
+    it took: the sample is taken in the script's thread, where it is, not where it lets go (a sampling thread
+    gave such a loop no samples), and a CPU sample is charged where the CPU clock ticked (a wall tick weighted
+    by the CPU since the last one read such a loop at 0.5-0.9x beside two busy processes)."""
+    rows, spent = _sample_mixed(tmp_path, """\
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:
+            step()
+        time.sleep(0.4)
+        """)
+    sleep_cpu, sleep_wall = rows.get(21, (0, 0))
+    assert sleep_wall >= 0.7 * 0.4 / evidence.SAMPLE_S and sleep_cpu <= 0.1 * sleep_wall, rows
+    # where only a POSIX CPU-clock timer is at hand, a step of a fixed length can alias with the tick
+    assert 0.5 * spent <= _loop_cpu(rows) <= 2 * spent and spent > 0.1, (rows, spent)
+
+
+@needs_task_clock
+def test_beside_two_busy_processes_a_python_loop_between_torch_calls_holds_its_cpu_in_samples(tmp_path: Path) -> None:
+    """A POSIX CPU-clock timer is checked at the kernel's tick while the thread holds the CPU: beside two busy
+    processes such a loop read 0.5-1.35x of its CPU from it (and 0.03-0.5x where the loop was short)."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        rows, spent = _sample_mixed(tmp_path, """\
+            for _ in range(700):
+                step()
+            """)
+    finally:
         for process in busy:
             process.kill()
             process.wait()
-    rows = {line: cpu for f, line, fn, cpu, _, _, _ in sampler.to_dict()["lines"] if fn == "step"}
-    loop = (rows.get(13, 0) + rows.get(14, 0)) * evidence.SAMPLE_S
-    assert 0.8 * spent <= loop <= 1.25 * spent and spent > 0.15, (rows, spent)
+    assert 0.8 * spent <= _loop_cpu(rows) <= 1.25 * spent and spent > 0.15, (rows, spent)
 
 
 SPIN = """
